@@ -1,0 +1,39 @@
+# The README's commands. Each target creates .venv and installs the project when needed,
+# so a fresh machine needs nothing but `make demo` / `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.afr-installed
+
+.PHONY: env demo test bench lint typecheck clean system-deps
+
+env: $(STAMP)
+
+# Debian packages the project needs beyond the base image (none today besides a Python
+# with venv; the script is where they go so a fresh machine gets them from our own files).
+system-deps:
+	@bash scripts/system-deps.sh
+
+$(STAMP): pyproject.toml
+	@$(MAKE) --no-print-directory system-deps
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/afr demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy afr exporter collector replay_worker
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .afr build *.egg-info

@@ -1,0 +1,131 @@
+"""afr's OpenAI Agents SDK bridge: every run, as OTLP spans, without slowing the agent.
+
+One line in the agent process::
+
+    import exporter
+    exporter.install()          # OTEL_EXPORTER_OTLP_* say where and how
+
+``install`` registers an :class:`AfrTracingProcessor` with the SDK and, unless told to keep
+it, removes the SDK's default processor that uploads traces to OpenAI.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.tracing import add_trace_processor, set_trace_processors
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from exporter.convert import SpanConverter
+from exporter.processor import AfrTracingProcessor, ExporterStats
+from exporter.settings import ExporterSettings
+
+__version__ = "0.1.0"
+__all__ = [
+    "AfrTracingProcessor",
+    "ExporterSettings",
+    "ExporterStats",
+    "build_processor",
+    "install",
+    "installed",
+    "stats",
+]
+
+_installed: AfrTracingProcessor | None = None
+
+
+def _otlp_exporter(settings: ExporterSettings) -> SpanExporter:
+    headers = settings.headers
+    compression: Any = None
+    if settings.protocol == "grpc":
+        from grpc import Compression as GrpcCompression
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        if settings.compression is not None:
+            compression = (
+                GrpcCompression.Gzip if settings.compression == "gzip" else GrpcCompression.NoCompression
+            )
+        return GrpcSpanExporter(
+            endpoint=settings.endpoint,
+            headers=headers,
+            timeout=settings.timeout_s,
+            compression=compression,
+        )
+    from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpSpanExporter,
+    )
+
+    if settings.compression is not None:
+        compression = HttpCompression.Gzip if settings.compression == "gzip" else HttpCompression.NoCompression
+    return HttpSpanExporter(
+        endpoint=settings.endpoint,
+        headers=headers,
+        timeout=settings.timeout_s,
+        compression=compression,
+    )
+
+
+def build_processor(
+    settings: ExporterSettings | None = None,
+    *,
+    span_exporter: SpanExporter | None = None,
+    resource_attributes: dict[str, str] | None = None,
+) -> AfrTracingProcessor:
+    """A processor that is not registered anywhere: for callers that manage the SDK's
+    processor list themselves (and for tests)."""
+    settings = settings or ExporterSettings()
+    attributes: dict[str, Any] = {"afr.exporter.version": __version__, **(resource_attributes or {})}
+    if settings.service_name:
+        attributes["service.name"] = settings.service_name
+    resource = Resource.create(attributes)
+    if resource.attributes.get("service.name", "").startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "afr-agent"}))
+    return AfrTracingProcessor(
+        span_exporter or _otlp_exporter(settings),
+        SpanConverter(resource, capture_content=settings.capture_content),
+        max_queue_spans=settings.max_queue_spans,
+        max_export_batch=settings.max_export_batch,
+        schedule_delay_s=settings.schedule_delay_s,
+        shutdown_timeout_s=settings.shutdown_timeout_s,
+    )
+
+
+def install(
+    *,
+    span_exporter: SpanExporter | None = None,
+    resource_attributes: dict[str, str] | None = None,
+    **settings: Any,
+) -> AfrTracingProcessor:
+    """Registers the afr bridge with the Agents SDK and returns its processor.
+
+    Keyword arguments are :class:`ExporterSettings` fields (``endpoint``, ``protocol``,
+    ``headers``, ``capture_content``, ``keep_openai_uploader``, ...); what is not given comes
+    from the environment. Calling it again replaces the previous bridge.
+    """
+    global _installed
+    resolved = ExporterSettings(**settings)
+    processor = build_processor(
+        resolved, span_exporter=span_exporter, resource_attributes=resource_attributes
+    )
+    previous = _installed
+    if resolved.keep_openai_uploader:
+        add_trace_processor(processor)
+    else:
+        set_trace_processors([processor])
+    _installed = processor
+    if previous is not None:
+        previous.shutdown()
+    return processor
+
+
+def installed() -> AfrTracingProcessor | None:
+    return _installed
+
+
+def stats() -> ExporterStats | None:
+    """Counts of the installed bridge: enqueued, exported, and every kind of drop."""
+    return _installed.stats if _installed is not None else None

@@ -1,0 +1,94 @@
+"""Attribute names the bridge writes: OTel GenAI conventions first, ``afr.*`` for the rest.
+
+The GenAI names follow opentelemetry-semantic-conventions 0.66b2 (see REFERENCE.md §2).
+Everything the conventions have no name for (handoffs, guardrails, the SDK's own ids, trace
+metadata, run kind) is an ``afr.*`` attribute defined here and nowhere else, so the
+collector's normalizer and the replay worker read the same names the exporter writes.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- OpenTelemetry GenAI semantic conventions -------------------------------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_WORKFLOW_NAME: Final = "gen_ai.workflow.name"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
+GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+GEN_AI_TOOL_DEFINITIONS: Final = "gen_ai.tool.definitions"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+ERROR_TYPE: Final = "error.type"
+
+OP_INVOKE_WORKFLOW: Final = "invoke_workflow"
+OP_INVOKE_AGENT: Final = "invoke_agent"
+OP_CHAT: Final = "chat"
+OP_EXECUTE_TOOL: Final = "execute_tool"
+PROVIDER_OPENAI: Final = "openai"
+
+# --- afr's own ---------------------------------------------------------------------------
+AFR_SPAN_TYPE: Final = "afr.span.type"
+"""The SDK span type (agent, task, turn, response, generation, function, handoff, guardrail,
+custom, mcp_tools, speech, transcription, speech_group, or a future one), or ``workflow``."""
+AFR_SDK_TRACE_ID: Final = "afr.sdk.trace_id"
+AFR_SDK_SPAN_ID: Final = "afr.sdk.span_id"
+AFR_SDK_PARENT_ID: Final = "afr.sdk.parent_id"
+AFR_WORKFLOW_NAME: Final = "afr.workflow.name"
+AFR_TRACE_METADATA: Final = "afr.trace.metadata"
+AFR_RUN_KIND: Final = "afr.run.kind"
+AFR_SOURCE_RUN_ID: Final = "afr.source_run_id"
+AFR_MODEL_API: Final = "afr.model.api"
+AFR_MODEL_SETTINGS: Final = "afr.model.settings"
+AFR_AGENT_HANDOFFS: Final = "afr.agent.handoffs"
+AFR_AGENT_TOOLS: Final = "afr.agent.tools"
+AFR_AGENT_OUTPUT_TYPE: Final = "afr.agent.output_type"
+AFR_TASK_NAME: Final = "afr.task.name"
+AFR_TURN_NUMBER: Final = "afr.turn.number"
+AFR_USAGE_AGGREGATE: Final = "afr.usage.aggregate"
+"""JSON usage of a task or turn span: an aggregate of the model spans below it."""
+AFR_HANDOFF_FROM: Final = "afr.handoff.from_agent"
+AFR_HANDOFF_TO: Final = "afr.handoff.to_agent"
+AFR_GUARDRAIL_NAME: Final = "afr.guardrail.name"
+AFR_GUARDRAIL_TRIGGERED: Final = "afr.guardrail.triggered"
+AFR_CUSTOM_NAME: Final = "afr.custom.name"
+AFR_CUSTOM_DATA: Final = "afr.custom.data"
+AFR_MCP_SERVER: Final = "afr.mcp.server"
+AFR_MCP_TOOLS: Final = "afr.mcp.tools"
+AFR_MCP_DATA: Final = "afr.mcp.data"
+AFR_AUDIO_INPUT_FORMAT: Final = "afr.audio.input_format"
+AFR_AUDIO_OUTPUT_FORMAT: Final = "afr.audio.output_format"
+AFR_AUDIO_BYTES: Final = "afr.audio.base64_chars"
+AFR_SPAN_DATA: Final = "afr.span.data"
+"""JSON of ``span_data.export()`` for span types this bridge does not know yet."""
+AFR_ERROR_DATA: Final = "afr.error.data"
+AFR_CONTENT_CAPTURED: Final = "afr.content.captured"
+
+RUN_KIND_CAPTURE: Final = "capture"
+RUN_KIND_REPLAY: Final = "replay"
+RUN_KIND_EVAL: Final = "eval"
+RUN_KINDS: Final = (RUN_KIND_CAPTURE, RUN_KIND_REPLAY, RUN_KIND_EVAL)
+
+# Trace-metadata keys a caller (the replay worker) sets to mark what a run is.
+METADATA_RUN_KIND: Final = "afr.run_kind"
+METADATA_SOURCE_RUN_ID: Final = "afr.source_run_id"
+
+SCOPE_NAME: Final = "afr.exporter"
