@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/afr demo
 
-test: $(STAMP)
+test: $(STAMP) lint
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

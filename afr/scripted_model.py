@@ -165,7 +165,7 @@ def _chat_body(turn: ScriptedTurn, request: dict[str, Any], index: int) -> dict[
 class _Handler(BaseHTTPRequestHandler):
     server: _ScriptedHTTPServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         return  # quiet: tests and the demo read requests from the recorder instead
 
     def _reply(self, status: int, payload: dict[str, Any]) -> None:
@@ -182,7 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         if not (path.endswith("/responses") or path.endswith("/chat/completions")):
-            self._error(404, f"the scripted model serves /v1/responses and /v1/chat/completions, not {path}")
+            self._error(
+                404, f"the scripted model serves /v1/responses and /v1/chat/completions, not {path}"
+            )
             return
         length = int(self.headers.get("content-length") or 0)
         if length > _MAX_REQUEST_BYTES:

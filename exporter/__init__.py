@@ -46,7 +46,9 @@ def _otlp_exporter(settings: ExporterSettings) -> SpanExporter:
 
         if settings.compression is not None:
             compression = (
-                GrpcCompression.Gzip if settings.compression == "gzip" else GrpcCompression.NoCompression
+                GrpcCompression.Gzip
+                if settings.compression == "gzip"
+                else GrpcCompression.NoCompression
             )
         return GrpcSpanExporter(
             endpoint=settings.endpoint,
@@ -60,7 +62,11 @@ def _otlp_exporter(settings: ExporterSettings) -> SpanExporter:
     )
 
     if settings.compression is not None:
-        compression = HttpCompression.Gzip if settings.compression == "gzip" else HttpCompression.NoCompression
+        compression = (
+            HttpCompression.Gzip
+            if settings.compression == "gzip"
+            else HttpCompression.NoCompression
+        )
     return HttpSpanExporter(
         endpoint=settings.endpoint,
         headers=headers,
@@ -78,11 +84,14 @@ def build_processor(
     """A processor that is not registered anywhere: for callers that manage the SDK's
     processor list themselves (and for tests)."""
     settings = settings or ExporterSettings()
-    attributes: dict[str, Any] = {"afr.exporter.version": __version__, **(resource_attributes or {})}
+    attributes: dict[str, Any] = {
+        "afr.exporter.version": __version__,
+        **(resource_attributes or {}),
+    }
     if settings.service_name:
         attributes["service.name"] = settings.service_name
     resource = Resource.create(attributes)
-    if resource.attributes.get("service.name", "").startswith("unknown_service"):
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "afr-agent"}))
     return AfrTracingProcessor(
         span_exporter or _otlp_exporter(settings),

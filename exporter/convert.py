@@ -125,7 +125,7 @@ class _Draft:
         if isinstance(value, str | bool | int | float):
             self.attributes[key] = value
         elif isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
-            self.attributes[key] = list(value)
+            self.attributes[key] = tuple(value)
         else:
             self.attributes[key] = to_json(value)
 
@@ -266,13 +266,17 @@ class SpanConverter:
         )
 
     # --- spans ---------------------------------------------------------------------------
-    def convert(self, span: Span[Any], tools_offered: list[dict[str, Any]] | None = None) -> ReadableSpan:
+    def convert(
+        self, span: Span[Any], tools_offered: list[dict[str, Any]] | None = None
+    ) -> ReadableSpan:
         """One finished SDK span -> one OTel span. ``tools_offered``: definitions the model
         was given, when they are not on the span itself (the Chat Completions path)."""
         data = span.span_data
         span_type = str(getattr(data, "type", "unknown"))
         method = getattr(self, f"_convert_{span_type}", None)
-        draft: _Draft = method(span, data, tools_offered) if method else self._convert_unknown(span, data)
+        draft: _Draft = (
+            method(span, data, tools_offered) if method else self._convert_unknown(span, data)
+        )
         draft.put(sc.AFR_SPAN_TYPE, span_type)
         draft.put(sc.AFR_SDK_SPAN_ID, span.span_id)
         draft.put(sc.AFR_SDK_TRACE_ID, span.trace_id)
@@ -417,7 +421,9 @@ class SpanConverter:
         else:
             finish = "tool_calls" if calls else "stop"
         draft.put(sc.GEN_AI_RESPONSE_FINISH_REASONS, [finish])
-        self._content(draft, sc.GEN_AI_OUTPUT_MESSAGES, messages.responses_output(response.output, finish))
+        self._content(
+            draft, sc.GEN_AI_OUTPUT_MESSAGES, messages.responses_output(response.output, finish)
+        )
         self._remember_calls(span, calls)
         _usage(draft, data.usage or response.usage)
         return draft
@@ -468,7 +474,11 @@ class SpanConverter:
         draft.put(sc.GEN_AI_TOOL_CALL_ID, self._claim_call(span, data.name, data.input))
         self._content(draft, sc.GEN_AI_TOOL_CALL_ARGUMENTS, data.input)
         if data.output is not None:
-            output = data.output if isinstance(data.output, str) else to_json(messages.as_plain(data.output))
+            output = (
+                data.output
+                if isinstance(data.output, str)
+                else to_json(messages.as_plain(data.output))
+            )
             self._content(draft, sc.GEN_AI_TOOL_CALL_RESULT, output)
         draft.put(sc.AFR_MCP_DATA, data.mcp_data)
         return draft

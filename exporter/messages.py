@@ -91,7 +91,11 @@ def responses_input(items: str | Iterable[Any] | None) -> list[Message]:
             }
             messages.append({"role": "assistant", "parts": [part]})
         elif kind == "function_call_output":
-            part = {"type": "tool_call_response", "id": item.get("call_id"), "response": item.get("output")}
+            part = {
+                "type": "tool_call_response",
+                "id": item.get("call_id"),
+                "response": item.get("output"),
+            }
             messages.append({"role": "tool", "parts": [part]})
         elif kind == "message" and "role" in item:
             messages.append({"role": item["role"], "parts": _text_parts(item.get("content"))})
@@ -187,6 +191,8 @@ def tool_calls_in_chat_output(output: Sequence[Mapping[str, Any]]) -> list[ToolC
         for call in message.get("tool_calls") or ():
             function = call.get("function") or {}
             calls.append(
-                ToolCall(str(call.get("id")), str(function.get("name")), str(function.get("arguments")))
+                ToolCall(
+                    str(call.get("id")), str(function.get("name")), str(function.get("arguments"))
+                )
             )
     return calls

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from agents.tracing import Span, Trace, TracingProcessor
@@ -119,7 +120,7 @@ class AfrTracingProcessor(TracingProcessor):
         if type(span.span_data) is not GenerationSpanData:
             return
         try:
-            frame = sys._getframe(1)
+            frame: FrameType | None = sys._getframe(1)
             for _ in range(_MAX_FRAMES_TO_MODEL_CALL):
                 if frame is None:
                     return
@@ -160,7 +161,7 @@ class AfrTracingProcessor(TracingProcessor):
             queued=len(self._queue),
         )
 
-    def force_flush(self, timeout_s: float | None = None) -> bool:
+    def force_flush(self, timeout_s: float | None = None) -> bool:  # type: ignore[override]
         """Waits until everything enqueued so far is exported or dropped; False on timeout."""
         budget = self._shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
@@ -188,7 +189,9 @@ class AfrTracingProcessor(TracingProcessor):
         self._worker.join(budget)
         if self._worker.is_alive():
             self._abandoned = True
-            self._dropped_at_shutdown += sum(1 for item in list(self._queue) if not isinstance(item, tuple))
+            self._dropped_at_shutdown += sum(
+                1 for item in list(self._queue) if not isinstance(item, tuple)
+            )
             self._queue.clear()
         try:
             self._exporter.shutdown()  # aborts a retry loop still sleeping in the worker
@@ -264,8 +267,6 @@ class AfrTracingProcessor(TracingProcessor):
         dropped = self.stats.dropped
         now = time.monotonic()
         if dropped > self._logged_drops and now - self._last_drop_log >= _DROP_LOG_INTERVAL_S:
-            logger.warning(
-                "afr exporter: %d spans dropped so far (see exporter.stats())", dropped
-            )
+            logger.warning("afr exporter: %d spans dropped so far (see exporter.stats())", dropped)
             self._logged_drops = dropped
             self._last_drop_log = now

@@ -27,7 +27,9 @@ Protocol = Literal["grpc", "http/protobuf"]
 class ExporterSettings(BaseSettings):
     """Settings of the afr bridge; every field can also be given to ``install()``."""
 
-    model_config = SettingsConfigDict(env_prefix="AFR_EXPORTER_", populate_by_name=True, extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="AFR_EXPORTER_", populate_by_name=True, extra="forbid"
+    )
 
     protocol: Protocol = Field(
         default="grpc",

@@ -1,0 +1,23 @@
+"""Runs every benchmark and prints its figures; `python -m bench [name ...]`."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import exporter_bench
+
+BENCHES = {"exporter": exporter_bench.main}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHES)
+    for name in names:
+        if name not in BENCHES:
+            print(f"unknown benchmark {name!r}; known: {', '.join(BENCHES)}", file=sys.stderr)
+            return 2
+        BENCHES[name]()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,28 @@
+"""`make demo` walks the sacred path as far as it is built; it must keep working."""
+
+from __future__ import annotations
+
+import pytest
+
+from afr.cli import main
+from tests.fakes import OtlpGrpcSink
+
+
+def test_demo_walks_the_seeded_failing_run(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "refunds actually made: 0" in out
+    assert "execute_tool refund_order" in out
+    assert "<-- ERROR Error running tool (non-fatal)" in out
+    assert "{'order_id': 'A-1001', 'amount': '12.OO'}" in out
+
+
+def test_afr_seed_exports_the_incident_to_a_collector(capsys: pytest.CaptureFixture[str]) -> None:
+    with OtlpGrpcSink() as sink:
+        assert main(["seed", "--endpoint", sink.endpoint]) == 0
+        spans = sink.spans()
+    out = capsys.readouterr().out
+    run_id = out.split("run id: ")[1].split()[0]
+    assert {s.trace_id for s in spans} == {run_id}
+    assert any(s.span.name == "execute_tool refund_order" for s in spans)
+    assert "dropped 0" in out

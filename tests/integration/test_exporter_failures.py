@@ -1,0 +1,163 @@
+"""A collector that is down, late, hanging or slow never breaks or stalls the agent."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grpc
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+import exporter
+from afr.incident import build_model, failing_script, run_incident
+from afr.scripted_model import ScriptedModelServer
+from tests.fakes import OtlpGrpcSink, _Recorder, _Servicer, free_port
+
+SPANS_IN_INCIDENT = 12 + 1  # 12 SDK spans and the workflow root
+
+
+def _run_incident_with(
+    processor_kwargs: dict[str, Any],
+) -> tuple[exporter.AfrTracingProcessor, float]:
+    with ScriptedModelServer(failing_script()) as model:
+        processor = exporter.install(**processor_kwargs)
+        started = time.monotonic()
+        result = asyncio.run(run_incident(build_model("responses", model.base_url)))
+        elapsed = time.monotonic() - started
+    assert "could not process the refund" in str(result.final_output)
+    return processor, elapsed
+
+
+def test_collector_down_run_completes_spans_retried_then_counted_dropped() -> None:
+    port = free_port()  # nothing listens here
+    processor, run_s = _run_incident_with(
+        {"endpoint": f"http://127.0.0.1:{port}", "timeout_s": 1.5, "schedule_delay_s": 0.05}
+    )
+    assert run_s < 5, "the agent is not held up by a dead collector"
+    assert processor.force_flush(10)
+    started = time.monotonic()
+    processor.shutdown(timeout=2)
+    assert time.monotonic() - started < 2.5
+    stats = processor.stats
+    assert stats.exported == 0
+    assert stats.dropped_export_failed + stats.dropped_at_shutdown == SPANS_IN_INCIDENT
+    assert exporter.stats() == stats
+
+
+def test_collector_that_comes_up_late_receives_every_span_through_retries() -> None:
+    port = free_port()
+    processor, _ = _run_incident_with(
+        {"endpoint": f"http://127.0.0.1:{port}", "timeout_s": 8, "schedule_delay_s": 0.05}
+    )
+    time.sleep(0.3)  # the first attempt has failed by now and the exporter is backing off
+    recorder = _Recorder()
+    server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(recorder), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    try:
+        assert processor.force_flush(10)
+    finally:
+        server.stop(grace=None)
+    assert len(recorder.spans()) == SPANS_IN_INCIDENT
+    assert processor.stats.exported == SPANS_IN_INCIDENT
+    assert processor.stats.dropped == 0
+
+
+@pytest.fixture
+def hanging_collector() -> Iterator[int]:
+    """Accepts TCP connections and never answers: the worst kind of slow collector."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+                accepted.append(conn)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+def test_hanging_collector_exit_is_bounded_by_the_shutdown_deadline(hanging_collector: int) -> None:
+    processor, run_s = _run_incident_with(
+        {
+            "endpoint": f"http://127.0.0.1:{hanging_collector}",
+            "timeout_s": 30,
+            "schedule_delay_s": 0.05,
+        }
+    )
+    assert run_s < 5
+    time.sleep(0.2)  # let the worker get stuck inside an export call
+    started = time.monotonic()
+    processor.shutdown(timeout=1.0)
+    assert time.monotonic() - started < 1.5
+    stats = processor.stats
+    assert stats.exported == 0
+    assert stats.queued == 0
+    assert stats.dropped_at_shutdown + stats.dropped_export_failed <= SPANS_IN_INCIDENT
+
+
+class _BlockingExporter(SpanExporter):
+    """Blocks every export until released: a stalled network, without the network."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.spans: list[ReadableSpan] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.release.wait(10)
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.release.set()
+
+
+def test_full_queue_drops_are_counted_and_the_run_is_unaffected() -> None:
+    blocking = _BlockingExporter()
+    processor, _ = _run_incident_with(
+        {
+            "span_exporter": blocking,
+            "max_queue_spans": 4,
+            "max_export_batch": 1,
+            "schedule_delay_s": 0.01,
+        }
+    )
+    dropped = processor.stats.dropped_queue_full
+    assert dropped > 0
+    blocking.release.set()
+    assert processor.force_flush(5)
+    stats = processor.stats
+    assert stats.exported + stats.dropped_queue_full == SPANS_IN_INCIDENT
+    assert len(blocking.spans) == stats.exported
+
+
+def test_on_span_end_never_raises_even_for_garbage() -> None:
+    with OtlpGrpcSink() as sink:
+        processor = exporter.install(endpoint=sink.endpoint, schedule_delay_s=0.01)
+        processor.on_span_end(object())  # type: ignore[arg-type]
+        processor.on_span_end(None)  # type: ignore[arg-type]
+        assert processor.force_flush(5)
+    assert processor.stats.dropped_conversion_failed == 2
+    assert sink.spans() == []
