@@ -1,0 +1,185 @@
+"""OTLP request bytes -> SpanRecords, with OTLP's per-span rejection rules.
+
+Protobuf is parsed by the upb-backed ``protobuf`` runtime. OTLP/JSON differs from
+protobuf's canonical JSON in one way that matters: trace and span ids are hex, not base64,
+so ids are rewritten before parsing. A span whose ids are malformed is rejected on its own
+(``partial_success``); the rest of the request is kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector.errors import InvalidRequest
+from collector.model import SpanRecord
+
+__all__ = ["DecodeResult", "decode_json", "decode_protobuf", "to_records", "value_to_str"]
+
+_SPAN_KINDS = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
+_STATUS_CODES = ("Unset", "Ok", "Error")
+_ID_KEYS = ("traceId", "spanId", "parentSpanId")
+
+
+@dataclass
+class DecodeResult:
+    records: list[SpanRecord]
+    rejected: int
+    error_message: str
+
+
+def decode_protobuf(raw: bytes) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(raw)
+    except DecodeError as exc:
+        raise InvalidRequest(f"body is not an OTLP ExportTraceServiceRequest: {exc}") from None
+    return request
+
+
+def _hex_ids_to_base64(node: Any) -> None:
+    if isinstance(node, dict):
+        for key in _ID_KEYS:
+            value = node.get(key)
+            if isinstance(value, str):
+                try:
+                    node[key] = base64.b64encode(bytes.fromhex(value)).decode()
+                except ValueError:
+                    node[key] = "AA=="  # one byte: the span is rejected on its own below
+        for child in node.values():
+            if isinstance(child, dict | list):
+                _hex_ids_to_base64(child)
+    elif isinstance(node, list):
+        for child in node:
+            _hex_ids_to_base64(child)
+
+
+def decode_json(raw: bytes) -> ExportTraceServiceRequest:
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequest(f"body is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidRequest("body is not an OTLP/JSON object")
+    _hex_ids_to_base64(document)
+    request = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, binascii.Error, ValueError, TypeError) as exc:
+        message = str(exc).replace("\n", " ")[:300]
+        raise InvalidRequest(
+            f"body is not an OTLP/JSON ExportTraceServiceRequest: {message}"
+        ) from None
+    return request
+
+
+def value_to_str(value: Any) -> str:
+    """An OTLP AnyValue as the string the ``Map(..., String)`` columns hold."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return str(value.string_value)
+    if kind == "int_value":
+        return str(value.int_value)
+    if kind == "bool_value":
+        return "true" if value.bool_value else "false"
+    if kind == "double_value":
+        return repr(value.double_value)
+    if kind is None:
+        return ""
+    return json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def _plain(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_plain(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: _plain(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode()
+    return getattr(value, kind) if kind else None
+
+
+def _attributes(key_values: Any) -> dict[str, str]:
+    return {kv.key: value_to_str(kv.value) for kv in key_values}
+
+
+def _bad_ids(span: Any) -> str | None:
+    trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
+    if len(trace_id) != 16 or not any(trace_id):
+        return "trace_id must be 16 non-zero bytes"
+    if len(span_id) != 8 or not any(span_id):
+        return "span_id must be 8 non-zero bytes"
+    if len(parent) not in (0, 8):
+        return "parent_span_id must be empty or 8 bytes"
+    return None
+
+
+def to_records(
+    request: ExportTraceServiceRequest, project_id: str, ingested_ns: int
+) -> DecodeResult:
+    records: list[SpanRecord] = []
+    rejected = 0
+    first_reason = ""
+    for resource_spans in request.resource_spans:
+        resource = _attributes(resource_spans.resource.attributes)
+        service = resource.get("service.name", "unknown_service")
+        for scope_spans in resource_spans.scope_spans:
+            scope_name = scope_spans.scope.name
+            scope_version = scope_spans.scope.version
+            for span in scope_spans.spans:
+                reason = _bad_ids(span)
+                if reason is None:
+                    for link in span.links:
+                        if len(link.trace_id) != 16 or len(link.span_id) != 8:
+                            reason = "link ids must be 16 and 8 bytes"
+                            break
+                if reason is not None:
+                    rejected += 1
+                    first_reason = first_reason or reason
+                    continue
+                start = span.start_time_unix_nano
+                end = span.end_time_unix_nano
+                events = span.events
+                links = span.links
+                kind = span.kind
+                code = span.status.code
+                records.append(
+                    SpanRecord(
+                        project_id=project_id,
+                        timestamp_ns=start,
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        parent_span_id=span.parent_span_id.hex(),
+                        trace_state=span.trace_state,
+                        span_name=span.name,
+                        span_kind=_SPAN_KINDS[kind]
+                        if 0 <= kind < len(_SPAN_KINDS)
+                        else "Unspecified",
+                        service_name=service,
+                        resource_attributes=resource,
+                        scope_name=scope_name,
+                        scope_version=scope_version,
+                        span_attributes=_attributes(span.attributes),
+                        duration_ns=end - start if end > start else 0,
+                        status_code=_STATUS_CODES[code] if 0 <= code < 3 else "Unset",
+                        status_message=span.status.message,
+                        event_timestamps=[e.time_unix_nano for e in events],
+                        event_names=[e.name for e in events],
+                        event_attributes=[_attributes(e.attributes) for e in events],
+                        link_trace_ids=[link.trace_id.hex() for link in links],
+                        link_span_ids=[link.span_id.hex() for link in links],
+                        link_trace_states=[link.trace_state for link in links],
+                        link_attributes=[_attributes(link.attributes) for link in links],
+                        ingested_ns=ingested_ns,
+                    )
+                )
+    message = f"{rejected} spans rejected: {first_reason}" if rejected else ""
+    return DecodeResult(records, rejected, message)

@@ -1,0 +1,140 @@
+"""The canonical span the pipeline carries, and its mapping onto ClickHouse columns.
+
+Every OTel ``otel_traces`` column (REFERENCE.md §5) keeps its name and meaning; the agent
+columns sit beside them (DESIGN.md decision 2). Large bodies never live in the attribute
+maps: the normalizer moves the run's input/output into ``Input``/``Output`` (remembering
+which attribute each came from) and any other oversized attribute into ``BodyAttributes``,
+so the original attributes can always be put back together (``original_attributes``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["COLUMNS", "SPAN_TYPES", "SpanRecord", "columns_of"]
+
+SPAN_TYPES = (
+    "workflow",
+    "agent",
+    "llm",
+    "tool",
+    "handoff",
+    "guardrail",
+    "mcp",
+    "turn",
+    "task",
+    "custom",
+    "other",
+)
+
+
+@dataclass(slots=True)
+class SpanRecord:
+    project_id: str
+    timestamp_ns: int
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    trace_state: str
+    span_name: str
+    span_kind: str
+    service_name: str
+    resource_attributes: dict[str, str]
+    scope_name: str
+    scope_version: str
+    span_attributes: dict[str, str]
+    duration_ns: int
+    status_code: str
+    status_message: str
+    event_timestamps: list[int]
+    event_names: list[str]
+    event_attributes: list[dict[str, str]]
+    link_trace_ids: list[str]
+    link_span_ids: list[str]
+    link_trace_states: list[str]
+    link_attributes: list[dict[str, str]]
+    ingested_ns: int
+    # Normalized agent fields (processors/normalize.py).
+    span_type: str = "other"
+    dialect: str = ""
+    agent_name: str = ""
+    tool_name: str = ""
+    tool_call_id: str = ""
+    model: str = ""
+    error_type: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    input: str = ""
+    output: str = ""
+    input_key: str = ""
+    output_key: str = ""
+    body_attributes: dict[str, str] = field(default_factory=dict)
+    run_kind: str = "capture"
+    source_run_id: str = ""
+    # Provenance of the privacy processors (redact, truncate).
+    redactions: list[str] = field(default_factory=list)
+    truncated: bool = False
+
+    def original_attributes(self) -> dict[str, str]:
+        """The span's attributes as they arrived (after redaction/truncation)."""
+        merged = dict(self.span_attributes)
+        merged.update(self.body_attributes)
+        if self.input_key:
+            merged[self.input_key] = self.input
+        if self.output_key:
+            merged[self.output_key] = self.output
+        return merged
+
+
+# (ClickHouse column, SpanRecord field). The order is the insert order.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("Timestamp", "timestamp_ns"),
+    ("TraceId", "trace_id"),
+    ("SpanId", "span_id"),
+    ("ParentSpanId", "parent_span_id"),
+    ("TraceState", "trace_state"),
+    ("SpanName", "span_name"),
+    ("SpanKind", "span_kind"),
+    ("ServiceName", "service_name"),
+    ("ResourceAttributes", "resource_attributes"),
+    ("ScopeName", "scope_name"),
+    ("ScopeVersion", "scope_version"),
+    ("SpanAttributes", "span_attributes"),
+    ("Duration", "duration_ns"),
+    ("StatusCode", "status_code"),
+    ("StatusMessage", "status_message"),
+    ("Events.Timestamp", "event_timestamps"),
+    ("Events.Name", "event_names"),
+    ("Events.Attributes", "event_attributes"),
+    ("Links.TraceId", "link_trace_ids"),
+    ("Links.SpanId", "link_span_ids"),
+    ("Links.TraceState", "link_trace_states"),
+    ("Links.Attributes", "link_attributes"),
+    ("ProjectId", "project_id"),
+    ("SpanType", "span_type"),
+    ("Dialect", "dialect"),
+    ("AgentName", "agent_name"),
+    ("ToolName", "tool_name"),
+    ("ToolCallId", "tool_call_id"),
+    ("Model", "model"),
+    ("ErrorType", "error_type"),
+    ("InputTokens", "input_tokens"),
+    ("OutputTokens", "output_tokens"),
+    ("Input", "input"),
+    ("Output", "output"),
+    ("InputKey", "input_key"),
+    ("OutputKey", "output_key"),
+    ("BodyAttributes", "body_attributes"),
+    ("RunKind", "run_kind"),
+    ("SourceRunId", "source_run_id"),
+    ("Redactions", "redactions"),
+    ("Truncated", "truncated"),
+    ("IngestedAt", "ingested_ns"),
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
+
+
+def columns_of(records: list[SpanRecord]) -> dict[str, list[Any]]:
+    """Column-oriented lists, ready for the write-ahead log and a columnar insert."""
+    return {name: [getattr(r, attr) for r in records] for name, attr in COLUMNS}

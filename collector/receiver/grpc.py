@@ -1,0 +1,77 @@
+"""OTLP/gRPC receiver: ``TraceService/Export`` on grpcio's asyncio server.
+
+The handler takes the raw request bytes (no generated deserializer) so an undecodable body
+is answered INVALID_ARGUMENT, not INTERNAL. gRPC enforces the size limit itself, after
+decompression, with RESOURCE_EXHAUSTED.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from collector.auth import Authenticator
+from collector.decode import decode_protobuf
+from collector.errors import PipelineError
+from collector.pipeline import Pipeline
+from collector.receiver.status import grpc_status
+
+__all__ = ["build_grpc_server"]
+
+logger = logging.getLogger("afr.collector.grpc")
+
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+
+def _response(rejected: int, message: str) -> bytes:
+    response = ExportTraceServiceResponse()
+    if rejected:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = message
+    return bytes(response.SerializeToString())
+
+
+class _ExportHandler:
+    def __init__(self, pipeline: Pipeline, auth: Authenticator) -> None:
+        self._pipeline = pipeline
+        self._auth = auth
+
+    async def export(self, raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+        try:
+            authorization = None
+            for key, value in context.invocation_metadata() or ():
+                if key == "authorization":
+                    authorization = value if isinstance(value, str) else value.decode()
+            project = self._auth.authenticate(authorization)
+            request = decode_protobuf(raw)
+            result = await self._pipeline.ingest(request, project)
+        except PipelineError as error:
+            status = grpc_status(error)
+            if status.trailing_metadata:
+                context.set_trailing_metadata(status.trailing_metadata)
+            await context.abort(status.code, status.message)
+        except Exception:
+            logger.exception("unexpected error in the gRPC export handler")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        return _response(result.rejected, result.error_message)
+
+
+def build_grpc_server(
+    pipeline: Pipeline, auth: Authenticator, *, host: str, port: int, max_request_bytes: int
+) -> tuple[grpc.aio.Server, int]:
+    """The server (not started) and the port it is bound to."""
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.max_send_message_length", 16 * 1024 * 1024),
+        ]
+    )
+    handler = grpc.unary_unary_rpc_method_handler(_ExportHandler(pipeline, auth).export)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
+    )
+    bound = server.add_insecure_port(f"{host}:{port}")
+    return server, bound

@@ -1,0 +1,186 @@
+"""Wires the collector: store, write-ahead log, writer, pipeline, receivers, read API.
+
+``Collector`` runs inside an asyncio loop (``afr up``); ``CollectorThread`` runs one on a
+background thread with its own loop, for the demo and the tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from collector.api.openapi import OPENAPI
+from collector.api.runs import RunsApi
+from collector.auth import Authenticator, KeyStore
+from collector.pipeline import Pipeline, Processor
+from collector.processors.normalize import normalize
+from collector.receiver.grpc import build_grpc_server
+from collector.receiver.http import OtlpHttpHandler
+from collector.settings import CollectorSettings
+from collector.store.client import ClickHouseStore, SpanStore
+from collector.store.reader import RunReader
+from collector.store.wal import WriteAheadLog
+from collector.store.writer import BatchWriter
+
+__all__ = ["Collector", "CollectorThread", "default_processors"]
+
+logger = logging.getLogger("afr.collector")
+
+
+def default_processors(settings: CollectorSettings) -> list[tuple[str, Processor]]:
+    return [("normalize", normalize)]
+
+
+class Collector:
+    def __init__(
+        self,
+        settings: CollectorSettings,
+        *,
+        store: SpanStore | None = None,
+        processors: list[tuple[str, Processor]] | None = None,
+    ) -> None:
+        self.settings = settings
+        settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if store is None:
+            clickhouse = ClickHouseStore(
+                settings.store_dsn, settings.database, ttl_days=settings.ttl_days
+            )
+            clickhouse.migrate()
+            store = clickhouse
+        self.store = store
+        self.keys = KeyStore(settings.keys_path)
+        self.auth = Authenticator(self.keys if settings.auth_enabled else None)
+        self.wal = WriteAheadLog(
+            settings.wal_dir,
+            max_bytes=settings.wal_max_bytes,
+            fsync=settings.wal_fsync,
+            retry_after_s=settings.retry_after_s,
+        )
+        self.writer = BatchWriter(
+            store, self.wal, max_rows=settings.batch_max_rows, interval_s=settings.batch_interval_s
+        )
+        self.pipeline = Pipeline(processors or default_processors(settings), self.wal)
+        self.reader = RunReader(
+            store, query_timeout_s=settings.api_query_timeout_s, max_spans=settings.api_max_spans
+        )
+        self.grpc_port = 0
+        self.http_port = 0
+        self._grpc_server: Any = None
+        self._http_server: uvicorn.Server | None = None
+        self._http_task: asyncio.Task[None] | None = None
+        self.recovered_rows = 0
+
+    def http_app(self) -> Starlette:
+        runs = RunsApi(
+            self.reader,
+            self.auth,
+            max_runs=self.settings.api_max_runs,
+            default_lookback_s=self.settings.api_default_lookback_s,
+        )
+        otlp = OtlpHttpHandler(self.pipeline, self.auth, self.settings.max_request_bytes)
+
+        async def openapi(request: Request) -> Response:
+            return JSONResponse(OPENAPI)
+
+        async def health(request: Request) -> Response:
+            body = {
+                "store": "ok" if self.writer.healthy else "failing",
+                "wal_bytes": self.wal.unreleased_bytes,
+                "pending_rows": self.wal.ready_rows,
+                "inserted_rows": self.writer.inserted_rows,
+            }
+            return JSONResponse(body, status_code=200 if self.writer.healthy else 503)
+
+        return Starlette(
+            routes=[
+                Route("/v1/traces", otlp, methods=["POST"]),
+                Route("/api/v1/runs", runs.list_runs, methods=["GET"]),
+                Route("/api/v1/runs/{run_id}", runs.get_run, methods=["GET"]),
+                Route("/api/v1/runs/{run_id}/otlp", runs.get_run_otlp, methods=["GET"]),
+                Route("/api/v1/openapi.json", openapi, methods=["GET"]),
+                Route("/healthz", health, methods=["GET"]),
+            ]
+        )
+
+    async def start(self) -> None:
+        self.recovered_rows = self.wal.open()
+        if self.recovered_rows:
+            logger.info(
+                "recovering %d acknowledged spans from the write-ahead log", self.recovered_rows
+            )
+        self.writer.start()
+        s = self.settings
+        self._grpc_server, self.grpc_port = build_grpc_server(
+            self.pipeline,
+            self.auth,
+            host=s.grpc_host,
+            port=s.grpc_port,
+            max_request_bytes=s.max_request_bytes,
+        )
+        await self._grpc_server.start()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((s.http_host, s.http_port))
+        self.http_port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.http_app(), log_level="warning", lifespan="off", access_log=False
+        )
+        self._http_server = uvicorn.Server(config)
+        self._http_task = asyncio.create_task(self._http_server.serve(sockets=[sock]))
+        while not self._http_server.started:
+            if self._http_task.done():
+                self._http_task.result()
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        if self._grpc_server is not None:
+            await self._grpc_server.stop(grace=2)
+        if self._http_server is not None and self._http_task is not None:
+            self._http_server.should_exit = True
+            await self._http_task
+        await asyncio.to_thread(self.writer.stop)
+        self.wal.close()
+        self.store.close()
+
+    def flush(self) -> bool:
+        """Inserts everything acknowledged so far (tests, demo, shutdown)."""
+        return self.writer.flush()
+
+
+class CollectorThread:
+    """A collector on a background thread with its own event loop."""
+
+    def __init__(self, settings: CollectorSettings, **kwargs: Any) -> None:
+        self._settings = settings
+        self._kwargs = kwargs
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="afr-collector", daemon=True
+        )
+        self.collector: Collector | None = None
+
+    def __enter__(self) -> Collector:
+        self._thread.start()
+        self.collector = Collector(self._settings, **self._kwargs)
+        asyncio.run_coroutine_threadsafe(self.collector.start(), self._loop).result(30)
+        return self.collector
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self.collector is not None:
+            asyncio.run_coroutine_threadsafe(self.collector.stop(), self._loop).result(60)
+            self.collector = None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()

@@ -1,0 +1,70 @@
+"""The collector's one settings object (env prefix ``AFR_``), validated at start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["CollectorSettings"]
+
+MiB = 1024 * 1024
+
+
+class CollectorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AFR_", extra="ignore")
+
+    data_dir: Path = Path(".afr/data")
+    """Embedded store, write-ahead log, API keys and generated secrets live here."""
+    clickhouse_url: str | None = None
+    """``http(s)://user:pw@host:8123/db`` for a ClickHouse server; unset -> chDB under data_dir."""
+    database: str = "afr"
+
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = Field(default=4317, ge=0, le=65535)
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=4318, ge=0, le=65535)
+
+    max_request_bytes: int = Field(default=64 * MiB, ge=1024)
+    """Largest accepted export, measured after decompression."""
+    auth_enabled: bool = True
+    """False serves every request as project ``default``: local experiments only."""
+
+    batch_max_rows: int = Field(default=20_000, ge=1)
+    batch_interval_s: float = Field(default=1.0, gt=0)
+    """The writer inserts at most about once per interval (ClickHouse prefers <= 1 insert/s)."""
+    wal_max_bytes: int = Field(default=1024 * MiB, ge=MiB)
+    """Acknowledged-but-not-inserted data the log may hold before exports are refused."""
+    wal_fsync: bool = True
+    retry_after_s: float = Field(default=2.0, gt=0, le=5)
+    """Retry hint for UNAVAILABLE/503; short, since OTLP clients give up after ~10 s."""
+    ttl_days: int | None = Field(default=None, ge=1)
+
+    api_max_runs: int = Field(default=200, ge=1, le=10_000)
+    api_max_spans: int = Field(default=10_000, ge=1)
+    api_default_lookback_s: float = Field(default=7 * 86_400, gt=0)
+    api_query_timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("clickhouse_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        if not value.startswith(("http://", "https://", "chdb://")):
+            raise ValueError("AFR_CLICKHOUSE_URL must start with http://, https:// or chdb://")
+        return value
+
+    @property
+    def store_dsn(self) -> str:
+        if self.clickhouse_url:
+            return self.clickhouse_url
+        return f"chdb://{(self.data_dir / 'chdb').resolve()}"
+
+    @property
+    def wal_dir(self) -> Path:
+        return self.data_dir / "wal"
+
+    @property
+    def keys_path(self) -> Path:
+        return self.data_dir / "keys.sqlite"

@@ -1,0 +1,94 @@
+"""The ClickHouse client: chDB embedded (``chdb:///path``) or a server (``http(s)://``).
+
+One clickhouse-connect client for both, so the DDL and SQL are the same. The chDB engine is
+in-process and not safe for concurrent use, so every call goes through one lock; the writer
+thread and the read API share it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from collector.model import COLUMN_NAMES
+from collector.store.schema import SPANS_TABLE, migrations
+
+__all__ = ["ClickHouseStore", "SpanStore"]
+
+
+class SpanStore(Protocol):
+    """What the pipeline needs of a store: tests wrap it to make it fail."""
+
+    def insert_spans(self, columns: dict[str, list[Any]]) -> None: ...
+
+    def query(
+        self, sql: str, parameters: dict[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]: ...
+
+    def close(self) -> None: ...
+
+
+class ClickHouseStore:
+    def __init__(self, dsn: str, database: str = "afr", *, ttl_days: int | None = None) -> None:
+        import clickhouse_connect
+
+        self.database = database
+        self._dsn = dsn
+        self._lock = threading.Lock()
+        self._client = clickhouse_connect.get_client(dsn=dsn)
+        self._ttl_days = ttl_days
+
+    def migrate(self) -> list[int]:
+        """Applies the migrations this store has not seen; returns their versions."""
+        db = self.database
+        with self._lock:
+            self._client.command(f"CREATE DATABASE IF NOT EXISTS {db}")
+            self._client.command(
+                f"CREATE TABLE IF NOT EXISTS {db}.schema_migrations "
+                "(Version UInt32, Description String, AppliedAt DateTime64(3)) "
+                "ENGINE = ReplacingMergeTree ORDER BY Version"
+            )
+            done = {
+                row[0]
+                for row in self._client.query(
+                    f"SELECT Version FROM {db}.schema_migrations"
+                ).result_rows
+            }
+            applied = []
+            for migration in migrations(self._ttl_days):
+                if migration.version in done:
+                    continue
+                for statement in migration.statements:
+                    self._client.command(statement.replace("{db}", db))
+                self._client.insert(
+                    f"{db}.schema_migrations",
+                    [[migration.version, migration.description, datetime.now(UTC)]],
+                    column_names=["Version", "Description", "AppliedAt"],
+                )
+                applied.append(migration.version)
+        return applied
+
+    def insert_spans(self, columns: dict[str, list[Any]]) -> None:
+        data: Sequence[list[Any]] = [columns[name] for name in COLUMN_NAMES]
+        with self._lock:
+            self._client.insert(
+                f"{self.database}.{SPANS_TABLE}",
+                data,
+                column_names=list(COLUMN_NAMES),
+                column_oriented=True,
+            )
+
+    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        with self._lock:
+            result = self._client.query(sql.replace("{db}", self.database), parameters=parameters)
+            return [tuple(row) for row in result.result_rows]
+
+    def command(self, sql: str) -> None:
+        with self._lock:
+            self._client.command(sql.replace("{db}", self.database))
+
+    def close(self) -> None:
+        with self._lock:
+            self._client.close()
