@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = ["main"]
@@ -43,6 +44,88 @@ def _seed(args: argparse.Namespace) -> int:
     return 0 if flushed and stats.dropped == 0 else 1
 
 
+def _collector_settings(args: argparse.Namespace) -> Any:
+    from collector.settings import CollectorSettings
+
+    overrides: dict[str, Any] = {}
+    for name in ("data_dir", "grpc_port", "http_port", "grpc_host", "http_host"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    if getattr(args, "no_auth", False):
+        overrides["auth_enabled"] = False
+    return CollectorSettings(**overrides)
+
+
+def _up(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from afr.local import LOCAL_KEY_FILE, ensure_local_key
+    from collector.server import Collector
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = _collector_settings(args)
+
+    async def serve() -> None:
+        collector = Collector(settings)
+        await collector.start()
+        created = ensure_local_key(collector.keys, settings.data_dir)
+        print(f"afr collector up (store {settings.store_dsn.split('@')[-1]})")
+        print(f"  OTLP/gRPC  http://{settings.grpc_host}:{collector.grpc_port}")
+        print(f"  OTLP/HTTP  http://{settings.http_host}:{collector.http_port}/v1/traces")
+        print(f"  read API   http://{settings.http_host}:{collector.http_port}/api/v1/runs")
+        if created is not None:
+            print(
+                f"  project 'local' key (shown once; kept in {settings.data_dir / LOCAL_KEY_FILE}):"
+            )
+            print(f"    {created}")
+        if collector.recovered_rows:
+            print(
+                f"  recovered {collector.recovered_rows} acknowledged spans from the write-ahead log"
+            )
+        sys.stdout.flush()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await collector.stop()
+
+    asyncio.run(serve())
+    return 0
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from collector.auth import KeyStore
+
+    settings = _collector_settings(args)
+    keys = KeyStore(settings.keys_path)
+    if args.keys_command == "create":
+        try:
+            key = keys.create(args.project)
+        except ValueError as exc:
+            print(f"afr keys: {exc}", file=sys.stderr)
+            return 2
+        print(key)
+        print(
+            f"(project {args.project!r}; this is the only time the key is shown)", file=sys.stderr
+        )
+        return 0
+    if args.keys_command == "list":
+        print(f"{'key id':14} {'project':20} {'last4':6} {'created':26} revoked")
+        for info in keys.list():
+            print(
+                f"{info.key_id:14} {info.project:20} {info.last4:6} {info.created_at:26} {info.revoked_at or ''}"
+            )
+        return 0
+    if keys.revoke(args.key_id):
+        print(f"revoked {args.key_id}")
+        return 0
+    print(f"afr keys: no active key with id {args.key_id!r}", file=sys.stderr)
+    return 1
+
+
 def _demo(args: argparse.Namespace) -> int:
     from afr.demo import run_demo
 
@@ -64,6 +147,30 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument("--protocol", choices=["grpc", "http/protobuf"])
     seed.add_argument("--flush-timeout-s", type=float, default=15.0)
     seed.set_defaults(func=_seed)
+
+    def collector_flags(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--data-dir", type=Path, help="default ./.afr/data (AFR_DATA_DIR)")
+
+    up = commands.add_parser("up", help="run the collector on the embedded store")
+    collector_flags(up)
+    up.add_argument("--grpc-port", type=int)
+    up.add_argument("--http-port", type=int)
+    up.add_argument("--grpc-host")
+    up.add_argument("--http-host")
+    up.add_argument("--no-auth", action="store_true", help="store everything as project 'default'")
+    up.set_defaults(func=_up)
+
+    keys = commands.add_parser("keys", help="manage project API keys")
+    keys_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = keys_commands.add_parser("create", help="create a key (printed once)")
+    create.add_argument("--project", required=True)
+    collector_flags(create)
+    listing = keys_commands.add_parser("list", help="list keys (ids and last 4 characters only)")
+    collector_flags(listing)
+    revoke = keys_commands.add_parser("revoke", help="revoke a key by its id")
+    revoke.add_argument("key_id")
+    collector_flags(revoke)
+    keys.set_defaults(func=_keys)
 
     demo = commands.add_parser("demo", help="walk the sacred path end to end and say what happened")
     demo.set_defaults(func=_demo)

@@ -70,6 +70,7 @@ _TRACELOOP_KINDS = {
 }
 _CONTRIB_SCOPE = "opentelemetry.instrumentation.openai_agents"
 _CONTRIB_PLACEHOLDER_AGENT = "OpenAI Agent"
+_HANDOFF_TOOL_PREFIX = "transfer_to_"
 
 
 def _int(value: str | None) -> int:
@@ -131,8 +132,11 @@ def _openinference(record: SpanRecord) -> None:
     name = record.span_name
     lowered = name.lower()
     span_type = _OPENINFERENCE_KINDS.get(kind, "other")
-    if span_type == "tool" and (lowered.startswith("handoff") or lowered.startswith("transfer_to")):
+    if span_type == "agent" and not record.parent_span_id and "agent.name" not in attrs:
+        span_type = "workflow"  # the trace root is an AGENT span named after the workflow
+    elif span_type == "tool" and lowered.startswith(("handoff", "transfer_to")):
         span_type = "handoff"
+        record.agent_name = attrs.get("input.value", "")
     elif span_type == "custom" and "guardrail" in lowered:
         span_type = "guardrail"
     elif span_type == "custom" and lowered.startswith("turn"):
@@ -146,7 +150,8 @@ def _openinference(record: SpanRecord) -> None:
     record.model = attrs.get("llm.model_name", "")
     record.input_tokens = _int(attrs.get("llm.token_count.prompt"))
     record.output_tokens = _int(attrs.get("llm.token_count.completion"))
-    _bodies(record, "input.value", "output.value")
+    if span_type != "handoff":
+        _bodies(record, "input.value", "output.value")
 
 
 def _traceloop(record: SpanRecord) -> None:
@@ -172,7 +177,10 @@ def _logfire(record: SpanRecord) -> None:
     record.dialect = "logfire"
     template = attrs.get("logfire.msg_template", "")
     lowered = template.lower()
-    if lowered.startswith("agent run"):
+    sdk_type = attrs.get("sdk_span_type", "")
+    if sdk_type in ("task", "turn"):
+        span_type = sdk_type
+    elif lowered.startswith("agent run"):
         span_type = "agent"
         record.agent_name = attrs.get("name", "")
     elif lowered.startswith(("responses api", "chat completion", "generation")):
@@ -213,22 +221,27 @@ def _logfire(record: SpanRecord) -> None:
 def _genai(record: SpanRecord) -> None:
     attrs = record.span_attributes
     op = attrs.get("gen_ai.operation.name", "")
-    contrib = record.scope_name.startswith(_CONTRIB_SCOPE)
-    record.dialect = "otel-contrib-v2" if contrib else "genai"
+    # OpenLLMetry and the contrib -v2 package share a scope name; only OpenLLMetry versions it
+    # (its LLM spans carry no traceloop.span.kind, so they arrive here).
+    shared_scope = record.scope_name.startswith(_CONTRIB_SCOPE)
+    contrib = shared_scope and not record.scope_version
+    record.dialect = "otel-contrib-v2" if contrib else ("openllmetry" if shared_scope else "genai")
     name = record.span_name
     span_type = _GENAI_OPERATIONS.get(op, "other")
-    lowered = name.lower()
-    if "handoff" in lowered or op == "handoff":
+    if op in ("handoff", "agent_handoff"):
         span_type = "handoff"
-    elif "guardrail" in lowered:
+        record.agent_name = attrs.get("gen_ai.handoff.from_agent", "")
+    elif op in ("guardrail", "guardrail_check") or "gen_ai.guardrail.name" in attrs:
         span_type = "guardrail"
+    elif span_type == "agent" and not record.parent_span_id and record.span_kind == "Server":
+        span_type = "workflow"  # contrib -v2 roots the trace in a SERVER invoke_agent span
     record.span_type = span_type
-    agent = attrs.get("gen_ai.agent.name", "")
+    agent = record.agent_name or attrs.get("gen_ai.agent.name", "")
     if contrib and agent == _CONTRIB_PLACEHOLDER_AGENT:
         agent = ""
     if span_type == "agent" and not agent and name.startswith(op + " "):
         agent = name[len(op) + 1 :]
-    record.agent_name = agent
+    record.agent_name = agent if span_type != "workflow" else ""
     if span_type == "tool" and not attrs.get("gen_ai.tool.name") and name.startswith(op + " "):
         record.tool_name = name[len(op) + 1 :]
     _genai_common(record)
@@ -259,11 +272,12 @@ def normalize_one(record: SpanRecord) -> None:
     attrs = record.span_attributes
     for marker, fill in _DIALECTS:
         if marker in attrs:
-            if marker == "gen_ai.operation.name" and "traceloop.entity.name" in attrs:
-                _traceloop(record)
-            else:
-                fill(record)
+            fill(record)
             break
+    if record.span_type == "tool" and record.tool_name.startswith(_HANDOFF_TOOL_PREFIX):
+        # The SDK's handoff tools are named transfer_to_<agent>; plain GenAI traces show a
+        # handoff only as such a tool call.
+        record.span_type = "handoff"
     record.error_type = record.error_type or _error_type(record)
     oversized = [key for key, value in attrs.items() if len(value) > BODY_ATTRIBUTE_BYTES]
     for key in oversized:
@@ -271,6 +285,18 @@ def normalize_one(record: SpanRecord) -> None:
 
 
 def normalize(records: list[SpanRecord]) -> list[SpanRecord]:
+    roots: dict[str, str] = {}
     for record in records:
         normalize_one(record)
+        if not record.parent_span_id:
+            roots[record.trace_id] = record.span_name
+    for record in records:
+        # A CHAIN/custom span named like its trace's root is the SDK's task span
+        # (OpenInference names both after the workflow).
+        if (
+            record.span_type == "custom"
+            and record.dialect == "openinference"
+            and record.parent_span_id
+        ) and roots.get(record.trace_id) == record.span_name:
+            record.span_type = "task"
     return records

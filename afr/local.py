@@ -1,0 +1,33 @@
+"""The local project: what `afr up` sets up on first start for one-machine use."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from collector.auth import KeyStore
+
+__all__ = ["LOCAL_KEY_FILE", "LOCAL_PROJECT", "ensure_local_key", "read_local_key"]
+
+LOCAL_PROJECT = "local"
+LOCAL_KEY_FILE = "local-project.key"
+
+
+def ensure_local_key(keys: KeyStore, data_dir: Path) -> str | None:
+    """Creates the local project's key on first start; returns it only when created now.
+
+    The clear key is written to a 0600 file under the data directory and nowhere else.
+    """
+    path = data_dir / LOCAL_KEY_FILE
+    if path.exists():
+        return None
+    key = keys.create(LOCAL_PROJECT)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    return key
+
+
+def read_local_key(data_dir: Path) -> str | None:
+    path = data_dir / LOCAL_KEY_FILE
+    return path.read_text().strip() if path.exists() else None
