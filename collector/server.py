@@ -102,7 +102,7 @@ class Collector:
 
         return Starlette(
             routes=[
-                Route("/v1/traces", otlp, methods=["POST"]),
+                Route("/v1/traces", otlp.handle, methods=["POST"]),
                 Route("/api/v1/runs", runs.list_runs, methods=["GET"]),
                 Route("/api/v1/runs/{run_id}", runs.get_run, methods=["GET"]),
                 Route("/api/v1/runs/{run_id}/otlp", runs.get_run_otlp, methods=["GET"]),

@@ -202,3 +202,26 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+class FlakyStore:
+    """Wraps the real store; while ``failing`` is set every insert raises, as a ClickHouse
+    that is down would. Reads pass through."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.failing = False
+        self.failed_inserts = 0
+
+    def insert_spans(self, columns: dict[str, list[Any]]) -> None:
+        if self.failing:
+            self.failed_inserts += 1
+            raise ConnectionError("store is down (test)")
+        self.inner.insert_spans(columns)
+
+    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        result: list[tuple[Any, ...]] = self.inner.query(sql, parameters)
+        return result
+
+    def close(self) -> None:
+        self.inner.close()

@@ -70,7 +70,7 @@ class OtlpHttpHandler:
         self._auth = auth
         self._max_bytes = max_request_bytes
 
-    async def __call__(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         media = _media_type(request)
         as_json = media == JSON
         if media not in (PROTOBUF, JSON):

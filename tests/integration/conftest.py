@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from collector.server import Collector, CollectorThread
+from collector.settings import CollectorSettings
+from collector.store.client import ClickHouseStore
+from tests.fakes import FlakyStore
+
+
+@dataclass
+class Running:
+    collector: Collector
+    key: str
+    settings: CollectorSettings
+    store: FlakyStore
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.collector.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.collector.http_port}"
+
+    def headers(self, key: str | None = None) -> dict[str, str]:
+        return {"authorization": f"Bearer {key or self.key}"}
+
+    def api(self, path: str, key: str | None = None, **params: Any) -> httpx.Response:
+        return httpx.get(self.http_url + path, headers=self.headers(key), params=params, timeout=30)
+
+    def run(self, run_id: str, key: str | None = None, timeout_s: float = 10) -> dict[str, Any]:
+        """The run from the read API once it is stored (flushes the writer first)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.collector.flush()
+            response = self.api(f"/api/v1/runs/{run_id}", key)
+            if response.status_code == 200 or time.monotonic() > deadline:
+                assert response.status_code == 200, response.text
+                body: dict[str, Any] = response.json()
+                return body
+            time.sleep(0.1)
+
+
+def start_collector(data_dir: Path, **overrides: Any) -> tuple[CollectorThread, Running]:
+    settings = CollectorSettings(
+        data_dir=data_dir, grpc_port=0, http_port=0, batch_interval_s=0.2, **overrides
+    )
+    store = FlakyStore(_store(settings))
+    thread = CollectorThread(settings, store=store)
+    collector = thread.__enter__()
+    key = collector.keys.create("shop")
+    return thread, Running(collector, key, settings, store)
+
+
+def _store(settings: CollectorSettings) -> ClickHouseStore:
+    store = ClickHouseStore(settings.store_dsn, settings.database)
+    store.migrate()
+    return store
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Running]:
+    thread, running = start_collector(tmp_path / "data")
+    yield running
+    running.store.failing = False
+    thread.stop()
