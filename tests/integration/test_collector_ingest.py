@@ -238,7 +238,7 @@ def test_duplicate_delivery_keeps_runs_exact(running: Running) -> None:
         _span(TRACE, bytes.fromhex("00f067aa0ba902b8"), "child", bytes.fromhex("00f067aa0ba902b7")),
     )
     for _ in range(3):
-        code, response, _ = _grpc_export(running, request)
+        code, _response, _ = _grpc_export(running, request)
         assert code == grpc.StatusCode.OK
         running.collector.flush()  # three separate inserts: nothing merged yet
     body = running.run(TRACE.hex())
@@ -279,7 +279,7 @@ def test_empty_request_is_success(running: Running) -> None:
 
 
 def test_undecodable_bodies_are_invalid_argument(running: Running) -> None:
-    code, error, _ = _grpc_export(running, b"\xff\xff not protobuf")
+    code, _error, _ = _grpc_export(running, b"\xff\xff not protobuf")
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     answer = httpx.post(
         running.http_url + "/v1/traces",
@@ -387,7 +387,7 @@ def test_log_full_answers_unavailable_with_a_short_retry_hint(
         for n in range(8):
             request = _request(_span(TRACE, bytes([n + 1]) * 8, f"s{n}"), big_attribute=blob)
             if transport == "grpc":
-                code, error, trailers = _grpc_export(running, request)
+                code, _error, trailers = _grpc_export(running, request)
                 if code != grpc.StatusCode.OK:
                     outcome = (code, dict(trailers))
                     break
