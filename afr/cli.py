@@ -62,8 +62,9 @@ def _up(args: argparse.Namespace) -> int:
     import signal
 
     from afr.local import LOCAL_KEY_FILE, ensure_local_key
-    from collector.server import Collector
+    from collector.server import Collector, tune_gc_for_ingest
 
+    tune_gc_for_ingest()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = _collector_settings(args)
 

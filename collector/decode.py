@@ -108,7 +108,16 @@ def _plain(value: Any) -> Any:
 
 
 def _attributes(key_values: Any) -> dict[str, str]:
-    return {kv.key: value_to_str(kv.value) for kv in key_values}
+    # The hot loop of ingest: most values are strings, so try that field first.
+    out = {}
+    for kv in key_values:
+        value = kv.value
+        text = value.string_value
+        if text or value.WhichOneof("value") == "string_value":
+            out[kv.key] = text
+        else:
+            out[kv.key] = value_to_str(value)
+    return out
 
 
 def _bad_ids(span: Any) -> str | None:
@@ -171,13 +180,17 @@ def to_records(
                         duration_ns=end - start if end > start else 0,
                         status_code=_STATUS_CODES[code] if 0 <= code < 3 else "Unset",
                         status_message=span.status.message,
-                        event_timestamps=[e.time_unix_nano for e in events],
-                        event_names=[e.name for e in events],
-                        event_attributes=[_attributes(e.attributes) for e in events],
-                        link_trace_ids=[link.trace_id.hex() for link in links],
-                        link_span_ids=[link.span_id.hex() for link in links],
-                        link_trace_states=[link.trace_state for link in links],
-                        link_attributes=[_attributes(link.attributes) for link in links],
+                        event_timestamps=[e.time_unix_nano for e in events] if events else [],
+                        event_names=[e.name for e in events] if events else [],
+                        event_attributes=[_attributes(e.attributes) for e in events]
+                        if events
+                        else [],
+                        link_trace_ids=[link.trace_id.hex() for link in links] if links else [],
+                        link_span_ids=[link.span_id.hex() for link in links] if links else [],
+                        link_trace_states=[link.trace_state for link in links] if links else [],
+                        link_attributes=[_attributes(link.attributes) for link in links]
+                        if links
+                        else [],
                         ingested_ns=ingested_ns,
                     )
                 )

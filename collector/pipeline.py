@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from collector.decode import to_records
-from collector.model import SpanRecord, columns_of
+from collector.model import SpanRecord, encode_rows
 from collector.store.wal import Batch, WriteAheadLog
 
 __all__ = ["IngestResult", "Pipeline", "PipelineStats", "Processor"]
@@ -64,7 +64,7 @@ class Pipeline:
             self.stats.per_processor[name] = self.stats.per_processor.get(name, 0) + len(records)
         if not records:
             return None, decoded.rejected, decoded.error_message
-        return Batch(columns_of(records), len(records), 0), decoded.rejected, decoded.error_message
+        return Batch(encode_rows(records), len(records)), decoded.rejected, decoded.error_message
 
     async def ingest(self, request: ExportTraceServiceRequest, project_id: str) -> IngestResult:
         """Durable on return. Raises StoreUnavailable when the data cannot be made durable."""

@@ -213,11 +213,11 @@ class FlakyStore:
         self.failing = False
         self.failed_inserts = 0
 
-    def insert_spans(self, columns: dict[str, list[Any]]) -> None:
+    def insert_rows(self, payload: bytes) -> None:
         if self.failing:
             self.failed_inserts += 1
             raise ConnectionError("store is down (test)")
-        self.inner.insert_spans(columns)
+        self.inner.insert_rows(payload)
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         result: list[tuple[Any, ...]] = self.inner.query(sql, parameters)

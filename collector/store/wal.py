@@ -7,15 +7,16 @@ batch of every segment it closes. A segment file is deleted only after the write
 inserted all of its rows (``release``); on a restart, surviving segments are read back and
 inserted again (the ReplacingMergeTree makes a re-insert harmless).
 
-Record format: ``<u32 length><u32 crc32><marshal payload>``. A torn or corrupt tail (a
+Record format: ``<u32 length><u32 crc32><payload>``, the payload being the batch's rows
+exactly as they will be inserted. A torn or corrupt tail (a
 crash during a write that was therefore never acknowledged) ends the segment.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
-import marshal
 import os
 import struct
 import threading
@@ -23,7 +24,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 from collector.errors import StoreUnavailable
 
@@ -32,16 +33,16 @@ __all__ = ["Batch", "WriteAheadLog"]
 logger = logging.getLogger("afr.collector.wal")
 
 _HEADER = struct.Struct("<II")
+_CLOSED: BinaryIO = io.BytesIO()  # placeholder until open()
 _SEGMENT_GLOB = "segment-*.wal"
 
 
 @dataclass
 class Batch:
-    """Column lists of some spans, and how many spans that is."""
+    """Encoded rows of some spans (``model.encode_rows``), and how many spans that is."""
 
-    columns: dict[str, list[Any]]
+    payload: bytes
     rows: int
-    size_bytes: int
 
 
 def _segment_path(directory: Path, number: int) -> Path:
@@ -80,7 +81,7 @@ class WriteAheadLog:
         self._segments_in_ready: list[int] = []
         self._unreleased_bytes = 0
         self._segment_number = 0
-        self._file: Any = None
+        self._file: BinaryIO = _CLOSED
         self._closed = False
         self._thread: threading.Thread | None = None
 
@@ -93,9 +94,8 @@ class WriteAheadLog:
         for number in numbers:
             path = _segment_path(self._dir, number)
             for payload in _read_segment(path):
-                columns = marshal.loads(payload)  # noqa: S302 - our own fsynced file
-                rows = len(next(iter(columns.values()), []))
-                self._ready.append(Batch(columns, rows, len(payload)))
+                rows = payload.count(b"\n")
+                self._ready.append(Batch(payload, rows))
                 self._ready_rows += rows
                 recovered += rows
             self._unreleased_bytes += path.stat().st_size
@@ -109,8 +109,7 @@ class WriteAheadLog:
     # --- request path --------------------------------------------------------------------
     async def append(self, batch: Batch) -> None:
         """Makes ``batch`` durable; raises StoreUnavailable when the log is full or broken."""
-        payload = marshal.dumps(batch.columns)
-        batch.size_bytes = len(payload)
+        payload = batch.payload
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:
@@ -219,8 +218,7 @@ class WriteAheadLog:
         if self._thread is not None:
             self._thread.join(5)
         with self._file_lock:
-            if self._file is not None:
-                self._file.close()
+            self._file.close()
 
 
 def _resolve(future: asyncio.Future[None], error: BaseException | None) -> None:

@@ -11,10 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from itertools import chain
-from typing import Any
 
-from collector.model import COLUMN_NAMES
 from collector.store.client import SpanStore
 from collector.store.wal import Batch, WriteAheadLog
 
@@ -23,12 +20,6 @@ __all__ = ["BatchWriter"]
 logger = logging.getLogger("afr.collector.writer")
 
 _MAX_BACKOFF_S = 5.0
-
-
-def merge(batches: list[Batch]) -> dict[str, list[Any]]:
-    return {
-        name: list(chain.from_iterable(b.columns[name] for b in batches)) for name in COLUMN_NAMES
-    }
 
 
 class BatchWriter:
@@ -86,7 +77,7 @@ class BatchWriter:
     def _insert(self, batches: list[Batch], segments: list[int]) -> bool:
         rows = sum(b.rows for b in batches)
         try:
-            self._store.insert_spans(merge(batches))
+            self._store.insert_rows(b"".join(b.payload for b in batches))
         except Exception as exc:
             self._wal.give_back(batches, segments)
             self.failed_inserts += 1

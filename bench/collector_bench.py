@@ -1,0 +1,328 @@
+"""Collector ingest: spans/s to durable, export latency, peak RSS, against a parse-only baseline.
+
+The collector runs as ``afr up`` in its own process on the embedded store; this process is
+the load generator: agent-like traces (9 spans each, 2-4 KB per span with JSON message
+bodies), pre-encoded, sent over OTLP/gRPC on several concurrent streams. Figures:
+
+- parse-only baseline: decoding the same requests and walking every span and attribute in
+  Python, single-threaded, in this process (what any Python collector must at least pay);
+- saturation: all streams as fast as acknowledgements return; spans/s acknowledged (=durable
+  in the fsynced write-ahead log) and spans/s inserted into ClickHouse;
+- half rate: the same load paced at half the saturation rate; p50/p99 export latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from collector.auth import KeyStore
+
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+TRACES_PER_REQUEST = 56  # 504 spans: the size of an OTel SDK batch
+STREAMS = 6
+RESULTS = Path(__file__).parent / "results"
+
+_WORDS = [
+    "refund",
+    "order",
+    "customer",
+    "charged",
+    "twice",
+    "duplicate",
+    "amount",
+    "please",
+    "process",
+    "the",
+    "payment",
+    "card",
+]
+
+
+def _text(rng: random.Random, size: int) -> str:
+    out: list[str] = []
+    length = 0
+    while length < size:
+        word = rng.choice(_WORDS)
+        out.append(word)
+        length += len(word) + 1
+    return " ".join(out)
+
+
+def _kv(key: str, value: Any) -> common_pb2.KeyValue:
+    if isinstance(value, bool):
+        return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(bool_value=value))
+    if isinstance(value, int):
+        return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(int_value=value))
+    return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=str(value)))
+
+
+def _trace(rng: random.Random, start_ns: int) -> list[trace_pb2.Span]:
+    trace_id = rng.randbytes(16)
+    ids = [rng.randbytes(8) for _ in range(9)]
+    shape = [
+        ("invoke_workflow refund-desk", "workflow", None, {}),
+        ("invoke_agent Triage Agent", "agent", 0, {"gen_ai.agent.name": "Triage Agent"}),
+        ("guardrail abuse_screen", "guardrail", 1, {"afr.guardrail.name": "abuse_screen"}),
+        ("chat gpt-4.1-mini", "response", 1, {"gen_ai.request.model": "gpt-4.1-mini"}),
+        (
+            "handoff Triage Agent -> Refund Agent",
+            "handoff",
+            1,
+            {"afr.handoff.to_agent": "Refund Agent"},
+        ),
+        ("invoke_agent Refund Agent", "agent", 0, {"gen_ai.agent.name": "Refund Agent"}),
+        ("chat gpt-4.1-mini", "response", 5, {"gen_ai.request.model": "gpt-4.1-mini"}),
+        ("execute_tool refund_order", "function", 5, {"gen_ai.tool.name": "refund_order"}),
+        ("chat gpt-4.1-mini", "response", 5, {"gen_ai.request.model": "gpt-4.1-mini"}),
+    ]
+    spans = []
+    for index, (name, kind, parent, extra) in enumerate(shape):
+        attributes = [
+            _kv("afr.span.type", kind),
+            _kv("afr.sdk.span_id", "span_" + ids[index].hex() + "00000000"),
+            _kv("afr.sdk.trace_id", "trace_" + trace_id.hex()),
+            *(_kv(k, v) for k, v in extra.items()),
+        ]
+        body_size = rng.randint(1500, 3000)
+        if kind == "response":
+            messages = [
+                {"role": "user", "parts": [{"type": "text", "content": _text(rng, body_size)}]}
+            ]
+            output = [
+                {"role": "assistant", "parts": [{"type": "text", "content": _text(rng, 400)}]}
+            ]
+            attributes += [
+                _kv("gen_ai.operation.name", "chat"),
+                _kv("gen_ai.input.messages", json.dumps(messages)),
+                _kv("gen_ai.output.messages", json.dumps(output)),
+                _kv("gen_ai.usage.input_tokens", body_size // 4),
+                _kv("gen_ai.usage.output_tokens", 100),
+            ]
+        elif kind == "function":
+            attributes += [
+                _kv("gen_ai.operation.name", "execute_tool"),
+                _kv(
+                    "gen_ai.tool.call.arguments",
+                    json.dumps(
+                        {"order_id": "A-1001", "amount": "12.OO", "note": _text(rng, body_size)}
+                    ),
+                ),
+                _kv("gen_ai.tool.call.result", json.dumps({"error": _text(rng, 300)})),
+            ]
+        else:
+            attributes.append(_kv("afr.note", _text(rng, body_size)))
+        status = (
+            trace_pb2.Status(code=trace_pb2.Status.STATUS_CODE_ERROR, message="Error running tool")
+            if kind == "function"
+            else trace_pb2.Status()
+        )
+        spans.append(
+            trace_pb2.Span(
+                trace_id=trace_id,
+                span_id=ids[index],
+                parent_span_id=b"" if parent is None else ids[parent],
+                name=name,
+                kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
+                start_time_unix_nano=start_ns + index * 1_000_000,
+                end_time_unix_nano=start_ns + index * 1_000_000 + 500_000,
+                attributes=attributes,
+                status=status,
+            )
+        )
+    return spans
+
+
+def make_requests(count: int, seed: int = 7) -> list[bytes]:
+    rng = random.Random(seed)
+    now = time.time_ns()
+    resource = resource_pb2.Resource(attributes=[_kv("service.name", "bench-agent")])
+    requests = []
+    for _ in range(count):
+        spans = [s for _ in range(TRACES_PER_REQUEST) for s in _trace(rng, now)]
+        request = trace_service_pb2.ExportTraceServiceRequest(
+            resource_spans=[
+                trace_pb2.ResourceSpans(
+                    resource=resource,
+                    scope_spans=[
+                        trace_pb2.ScopeSpans(
+                            scope=common_pb2.InstrumentationScope(name="afr.exporter"), spans=spans
+                        )
+                    ],
+                )
+            ]
+        )
+        requests.append(request.SerializeToString())
+    return requests
+
+
+def parse_only_spans_per_s(requests: list[bytes]) -> float:
+    started = time.perf_counter()
+    spans = 0
+    for raw in requests:
+        request = trace_service_pb2.ExportTraceServiceRequest()
+        request.ParseFromString(raw)
+        for rs in request.resource_spans:
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    spans += 1
+                    for kv in span.attributes:
+                        kv.value.WhichOneof("value")
+    return spans / (time.perf_counter() - started)
+
+
+async def _send(
+    requests: list[bytes], port: int, key: str, interval_s: float | None
+) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    for raw in requests:
+        queue.put_nowait(raw)
+    metadata = (("authorization", f"Bearer {key}"),)
+    options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
+    channels = [
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) for _ in range(STREAMS)
+    ]
+    started = time.perf_counter()
+
+    async def stream(channel: grpc.aio.Channel, offset: float) -> None:
+        call = channel.unary_unary(EXPORT)
+        next_at = started + offset
+        while not queue.empty():
+            raw = queue.get_nowait()
+            if interval_s is not None:
+                delay = next_at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                next_at += interval_s * STREAMS
+            sent = time.perf_counter()
+            await call(raw, metadata=metadata, timeout=30)
+            latencies.append(time.perf_counter() - sent)
+
+    step = interval_s or 0
+    await asyncio.gather(*(stream(ch, n * step) for n, ch in enumerate(channels)))
+    elapsed = time.perf_counter() - started
+    for channel in channels:
+        await channel.close()
+    return elapsed, latencies
+
+
+def _peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _wait_inserted(http_port: int, rows: int, timeout_s: float) -> float:
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout_s:
+        health = httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=10).json()
+        if health["inserted_rows"] >= rows:
+            return time.perf_counter() - started
+        time.sleep(0.05)
+    raise TimeoutError(f"collector inserted fewer than {rows} rows in {timeout_s} s")
+
+
+def main(requests_count: int = 300) -> dict[str, float]:
+    requests = make_requests(requests_count)
+    spans_total = requests_count * TRACES_PER_REQUEST * 9
+    bytes_per_span = sum(len(r) for r in requests) / spans_total
+    baseline = parse_only_spans_per_s(requests)
+
+    data_dir = Path(tempfile.mkdtemp(prefix="afr-bench-"))
+    key = KeyStore(data_dir / "keys.sqlite").create("bench")
+    grpc_port, http_port = 43170 + os.getpid() % 100, 43270 + os.getpid() % 100
+    env = {**os.environ, "AFR_DATA_DIR": str(data_dir)}
+    command = [
+        sys.executable,
+        "-m",
+        "afr.cli",
+        "up",
+        "--grpc-port",
+        str(grpc_port),
+        "--http-port",
+        str(http_port),
+    ]
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("  read API"):
+                break
+        warm = make_requests(4, seed=99)
+        asyncio.run(_send(warm, grpc_port, key, None))
+        warm_rows = 4 * TRACES_PER_REQUEST * 9
+
+        elapsed, latencies = asyncio.run(_send(requests, grpc_port, key, None))
+        ack_rate = spans_total / elapsed
+        insert_wait = _wait_inserted(http_port, warm_rows + spans_total, 120)
+        durable_rate = spans_total / (elapsed + insert_wait)
+        sat_p50 = statistics.median(latencies)
+        sat_p99 = statistics.quantiles(latencies, n=100)[98]
+
+        half = make_requests(requests_count // 2, seed=11)
+        spans_per_request = TRACES_PER_REQUEST * 9
+        interval_s = spans_per_request / (ack_rate / 2)
+        _, half_latencies = asyncio.run(_send(half, grpc_port, key, interval_s))
+        half_p50 = statistics.median(half_latencies)
+        half_p99 = statistics.quantiles(half_latencies, n=100)[98]
+        rss = _peak_rss_mib(process.pid)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+
+    figures = {
+        "spans": spans_total,
+        "bytes_per_span": bytes_per_span,
+        "parse_only_spans_per_s": baseline,
+        "acknowledged_spans_per_s": ack_rate,
+        "inserted_spans_per_s": durable_rate,
+        "ack_vs_parse_only": ack_rate / baseline,
+        "saturation_p50_ms": sat_p50 * 1000,
+        "saturation_p99_ms": sat_p99 * 1000,
+        "half_rate_p50_ms": half_p50 * 1000,
+        "half_rate_p99_ms": half_p99 * 1000,
+        "collector_peak_rss_mib": rss,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "collector.json").write_text(json.dumps(figures, indent=2))
+    print(
+        f"collector bench ({spans_total} spans, {bytes_per_span:.0f} B/span, {STREAMS} gRPC streams, {TRACES_PER_REQUEST * 9} spans/request)"
+    )
+    print(f"  parse-only baseline (this process)   {baseline:10.0f} spans/s")
+    print(
+        f"  acknowledged (durable in the WAL)    {ack_rate:10.0f} spans/s = {ack_rate / baseline:.2f}x baseline; target >= 20,000"
+    )
+    print(f"  inserted into ClickHouse (chDB)      {durable_rate:10.0f} spans/s (send + drain)")
+    print(
+        f"  export latency at saturation         p50 {sat_p50 * 1000:6.0f} ms  p99 {sat_p99 * 1000:6.0f} ms"
+    )
+    print(
+        f"  export latency at half that rate     p50 {half_p50 * 1000:6.0f} ms  p99 {half_p99 * 1000:6.0f} ms; target p99 < 500 ms"
+    )
+    print(f"  collector peak RSS                   {rss:10.0f} MiB")
+    return figures
+
+
+if __name__ == "__main__":
+    main()
