@@ -128,9 +128,9 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from afr.demo import run_demo
+    from afr.demo import DEMO_DATA_DIR, run_demo
 
-    return run_demo()
+    return run_demo(args.data_dir or DEMO_DATA_DIR)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys.set_defaults(func=_keys)
 
     demo = commands.add_parser("demo", help="walk the sacred path end to end and say what happened")
+    demo.add_argument("--data-dir", type=Path, help="default ./.afr/demo")
     demo.set_defaults(func=_demo)
     return parser
 

@@ -1,83 +1,65 @@
 """``afr demo``: walks the sacred path as far as it is built, and says what happened.
 
 Built so far: the seeded failing run (real ``Runner``, scripted model) -> the bridge ->
-OTLP/gRPC -> a receiver on loopback. The demo prints the run as a span tree with the red
-tool span marked, which is what the Grafana timeline will show once the collector and the
-dashboards land.
+OTLP/gRPC -> the collector (auth, normalize, write-ahead log) -> embedded ClickHouse ->
+the read API. The run is printed as the span tree the API returns, with the red tool span
+marked; the Grafana timeline will show the same once the dashboards land.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from concurrent import futures
+from pathlib import Path
 from typing import Any
 
-import grpc
+import httpx
 from agents import gen_trace_id
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from opentelemetry.proto.trace.v1 import trace_pb2
 
 import exporter
 from afr.incident import RefundDesk, build_model, failing_script, run_incident
+from afr.local import LOCAL_KEY_FILE, ensure_local_key, read_local_key
 from afr.scripted_model import ScriptedModelServer
+from collector.server import CollectorThread
+from collector.settings import CollectorSettings
 
-__all__ = ["run_demo"]
+__all__ = ["DEMO_DATA_DIR", "run_demo"]
 
-
-class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self) -> None:
-        self.spans: list[trace_pb2.Span] = []
-        self._lock = threading.Lock()
-
-    def Export(self, request: Any, context: Any) -> Any:
-        with self._lock:
-            for resource_spans in request.resource_spans:
-                for scope_spans in resource_spans.scope_spans:
-                    self.spans.extend(scope_spans.spans)
-        return trace_service_pb2.ExportTraceServiceResponse()
+DEMO_DATA_DIR = Path(".afr/demo")
 
 
-def _attrs(span: trace_pb2.Span) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for kv in span.attributes:
-        kind = kv.value.WhichOneof("value")
-        out[kv.key] = getattr(kv.value, kind) if kind else None
-    return out
-
-
-def _print_tree(spans: list[trace_pb2.Span]) -> trace_pb2.Span | None:
-    children: dict[bytes, list[trace_pb2.Span]] = {}
+def _print_tree(spans: list[dict[str, Any]]) -> None:
+    children: dict[str, list[dict[str, Any]]] = {}
     for span in spans:
-        children.setdefault(span.parent_span_id, []).append(span)
-    failing: trace_pb2.Span | None = None
+        children.setdefault(span["parent_span_id"], []).append(span)
 
-    def walk(parent: bytes, depth: int) -> None:
-        nonlocal failing
-        for span in sorted(children.get(parent, []), key=lambda s: s.start_time_unix_nano):
-            ms = (span.end_time_unix_nano - span.start_time_unix_nano) / 1e6
-            red = span.status.code == trace_pb2.Status.STATUS_CODE_ERROR
-            if red and failing is None:
-                failing = span
-            mark = "  <-- ERROR " + span.status.message if red else ""
-            print(f"    {'  ' * depth}{span.name} [{ms:.1f} ms]{mark}")
-            walk(span.span_id, depth + 1)
+    def walk(parent: str, depth: int) -> None:
+        for span in sorted(children.get(parent, []), key=lambda s: s["start_time_unix_nano"]):
+            ms = span["duration_ns"] / 1e6
+            red = span["status"]["code"] == "Error"
+            mark = f"  <-- ERROR {span['error_type']}" if red else ""
+            print(f"     {'  ' * depth}{span['name']} [{span['span_type']}, {ms:.1f} ms]{mark}")
+            walk(span["span_id"], depth + 1)
 
-    walk(b"", 0)
-    return failing
+    walk("", 0)
 
 
-def run_demo() -> int:
-    receiver = _Receiver()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        processor = exporter.install(endpoint=f"http://127.0.0.1:{port}", protocol="grpc")
+def run_demo(data_dir: Path = DEMO_DATA_DIR) -> int:
+    settings = CollectorSettings(data_dir=data_dir, grpc_port=0, http_port=0, batch_interval_s=0.2)
+    with CollectorThread(settings) as collector:
+        ensure_local_key(collector.keys, data_dir)
+        key = read_local_key(data_dir)
+        assert key is not None
+        headers = {"authorization": f"Bearer {key}"}
+        print(f"0. collector up on the embedded store ({data_dir}/chdb)")
+        print(f"   OTLP/gRPC :{collector.grpc_port}  OTLP/HTTP + read API :{collector.http_port}")
+
+        processor = exporter.install(
+            endpoint=f"http://127.0.0.1:{collector.grpc_port}", headers=headers
+        )
         desk = RefundDesk()
         trace_id = gen_trace_id()
+        run_id = trace_id.removeprefix("trace_")
         print("1. seeded failing run: triage -> refund agent -> refund_order(amount='12.OO')")
         with ScriptedModelServer(failing_script()) as model:
             result = asyncio.run(
@@ -88,21 +70,41 @@ def run_demo() -> int:
         processor.force_flush(15)
         processor.shutdown(timeout=2)
         stats = processor.stats
-        print(f"2. exported over OTLP/gRPC: {stats.exported} spans, dropped {stats.dropped}")
-        print(f"   run id {trace_id.removeprefix('trace_')}:")
-        failing = _print_tree(receiver.spans)
+        print(
+            f"2. bridge -> collector over OTLP/gRPC: {stats.exported} spans, dropped {stats.dropped}"
+        )
+        collector.flush()
+        api = f"http://127.0.0.1:{collector.http_port}/api/v1/runs/{run_id}"
+        response = httpx.get(api, headers=headers, timeout=30)
+        if response.status_code != 200:
+            print(f"   the run did not come back from the store: HTTP {response.status_code}")
+            return 1
+        body = response.json()
+        summary = body["run"]
+        print(f"3. stored in ClickHouse; the read API returns run {run_id}:")
+        print(
+            f"   status {summary['status']}, {summary['span_count']} spans, "
+            f"{summary['error_count']} error, workflow {summary['workflow']!r}, "
+            f"tokens in/out {summary['input_tokens']}/{summary['output_tokens']}"
+        )
+        _print_tree(body["spans"])
+        failing = next(
+            (s for s in body["spans"] if s["span_id"] == summary["failing_span_id"]), None
+        )
         if failing is None:
             print("   no failing span found: the seeded run did not fail as expected")
             return 1
-        attrs = _attrs(failing)
-        print("3. the red span:")
-        print(f"   tool {attrs.get('gen_ai.tool.name')} call {attrs.get('gen_ai.tool.call.id')}")
-        print(f"   arguments {json.loads(attrs.get('gen_ai.tool.call.arguments') or 'null')}")
-        print(f"   error.type {attrs.get('error.type')!r}")
-        print(
-            "not built yet: collector -> ClickHouse, Grafana, replay, verdict, evals, sweep "
-            "(see the open issues)"
-        )
-        return 0
-    finally:
-        server.stop(grace=None)
+        print("4. the red span:")
+        print(f"   tool {failing['tool_name']} call {failing['tool_call_id']}")
+        print(f"   arguments {json.loads(failing['input'])}")
+        print(f"   error.type {failing['error_type']!r}")
+    print("where to look:")
+    print(
+        f"   .venv/bin/afr up --data-dir {data_dir}   (then, with the key in {data_dir / LOCAL_KEY_FILE}:)"
+    )
+    print(f"   curl -H 'authorization: Bearer <key>' http://127.0.0.1:4318/api/v1/runs/{run_id}")
+    print(
+        "not built yet: Grafana dashboards, replay + verdict, evals, nightly sweep "
+        "(see the open issues)"
+    )
+    return 0

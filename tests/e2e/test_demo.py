@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from afr.cli import main
 from tests.fakes import OtlpGrpcSink
 
 
-def test_demo_walks_the_seeded_failing_run(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo"]) == 0
+def test_demo_walks_the_seeded_failing_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["demo", "--data-dir", str(tmp_path / "demo")]) == 0
     out = capsys.readouterr().out
     assert "refunds actually made: 0" in out
-    assert "execute_tool refund_order" in out
+    assert "13 spans, dropped 0" in out
+    assert "stored in ClickHouse" in out
+    assert "status error, 13 spans, 1 error, workflow 'refund-desk'" in out
+    assert "execute_tool refund_order [tool" in out
     assert "<-- ERROR Error running tool (non-fatal)" in out
     assert "{'order_id': 'A-1001', 'amount': '12.OO'}" in out
+    assert (tmp_path / "demo" / "local-project.key").stat().st_mode & 0o777 == 0o600
 
 
 def test_afr_seed_exports_the_incident_to_a_collector(capsys: pytest.CaptureFixture[str]) -> None:
