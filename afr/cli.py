@@ -78,9 +78,9 @@ def _up(args: argparse.Namespace) -> int:
         print(f"  read API   http://{settings.http_host}:{collector.http_port}/api/v1/runs")
         if created is not None:
             print(
-                f"  project 'local' key (shown once; kept in {settings.data_dir / LOCAL_KEY_FILE}):"
+                f"  created project 'local'; its key (...{created[-4:]}) is in "
+                f"{settings.data_dir / LOCAL_KEY_FILE} (mode 0600)"
             )
-            print(f"    {created}")
         if collector.recovered_rows:
             print(
                 f"  recovered {collector.recovered_rows} acknowledged spans from the write-ahead log"

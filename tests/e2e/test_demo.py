@@ -34,3 +34,19 @@ def test_afr_seed_exports_the_incident_to_a_collector(capsys: pytest.CaptureFixt
     assert {s.trace_id for s in spans} == {run_id}
     assert any(s.span.name == "execute_tool refund_order" for s in spans)
     assert "dropped 0" in out
+
+
+def test_afr_keys_create_list_revoke(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = ["--data-dir", str(tmp_path)]
+    assert main(["keys", "create", "--project", "shop", *data]) == 0
+    key = capsys.readouterr().out.strip()
+    assert key.startswith("afr_")
+    assert main(["keys", "list", *data]) == 0
+    listing = capsys.readouterr().out
+    assert "shop" in listing
+    assert key[-4:] in listing
+    assert key not in listing
+    key_id = listing.splitlines()[1].split()[0]
+    assert main(["keys", "revoke", key_id, *data]) == 0
+    assert main(["keys", "revoke", key_id, *data]) == 1
+    assert main(["keys", "create", "--project", "bad name", *data]) == 2
