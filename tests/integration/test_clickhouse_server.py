@@ -45,7 +45,9 @@ def test_collector_on_a_clickhouse_server(tmp_path: Path) -> None:
     with ClickHouseContainer("clickhouse/clickhouse-server:25.8", port=8123) as server:
         host, port = server.get_container_host_ip(), server.get_exposed_port(8123)
         dsn = f"http://{server.username}:{server.password}@{host}:{port}/default"
-        settings = CollectorSettings(data_dir=tmp_path, clickhouse_url=dsn, grpc_port=0, http_port=0)
+        settings = CollectorSettings(
+            data_dir=tmp_path, clickhouse_url=dsn, grpc_port=0, http_port=0
+        )
         store = ClickHouseStore(dsn, settings.database)
         assert store.migrate() == [1]
         assert store.migrate() == [], "migrations apply once"
