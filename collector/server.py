@@ -23,6 +23,7 @@ from collector.api.openapi import OPENAPI
 from collector.api.runs import RunsApi
 from collector.auth import Authenticator, KeyStore
 from collector.pipeline import Pipeline, Processor
+from collector.privacy import build_redactor, build_truncator, load_config_file
 from collector.processors.normalize import normalize
 from collector.receiver.grpc import build_grpc_server
 from collector.receiver.http import OtlpHttpHandler
@@ -48,7 +49,16 @@ def tune_gc_for_ingest() -> None:
 
 
 def default_processors(settings: CollectorSettings) -> list[tuple[str, Processor]]:
-    return [("normalize", normalize)]
+    """normalize -> redact -> truncate: nothing is written (or logged) before redaction,
+    and truncation keeps the hash of the redacted value, never of a secret."""
+    document = load_config_file(settings.redaction_config)
+    processors: list[tuple[str, Processor]] = [("normalize", normalize)]
+    if settings.redaction_enabled:
+        processors.append(("redact", build_redactor(settings, document)))
+    else:
+        logger.warning("redaction is OFF: span content is stored exactly as received")
+    processors.append(("truncate", build_truncator(settings, document)))
+    return processors
 
 
 class Collector:

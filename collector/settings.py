@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["CollectorSettings"]
@@ -40,6 +40,15 @@ class CollectorSettings(BaseSettings):
     retry_after_s: float = Field(default=2.0, gt=0, le=5)
     """Retry hint for UNAVAILABLE/503; short, since OTLP clients give up after ~10 s."""
     ttl_days: int | None = Field(default=None, ge=1)
+
+    redaction_enabled: bool = True
+    """False stores content exactly as received: for data you know holds nothing secret."""
+    redaction_config: Path | None = None
+    """TOML file adding, disabling or allow-listing rules (see collector/privacy.py)."""
+    redaction_key: SecretStr | None = None
+    """HMAC key of the pseudonyms; unset -> generated once into data_dir/redaction.key."""
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+    max_span_bytes: int = Field(default=4 * MiB, ge=4096)
 
     api_max_runs: int = Field(default=200, ge=1, le=10_000)
     api_max_spans: int = Field(default=10_000, ge=1)

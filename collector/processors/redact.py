@@ -1,0 +1,317 @@
+"""Redact: nothing secret or personal reaches the log, the store, or a log line.
+
+For each span every text it carries — name, status message, attribute values, the
+normalized Input/Output bodies, event names and attributes, link attributes, resource
+attributes — is one segment of a single NUL-joined string scanned in one RE2 pass. Only
+segments with a hit (or a sensitive key) get more work:
+
+- plain text: each validated match is replaced by a typed, keyed pseudonym
+  ``<rule:hmac12>`` (HMAC-SHA256 with the collector's redaction key), so equal values stay
+  joinable across spans and restarts without being readable;
+- JSON (a string holding an object or array): parsed, walked with a depth limit, values of
+  sensitive keys replaced whatever they are, strings redacted as text, re-serialized;
+- anything that cannot be processed is replaced by a sentinel and counted (fail closed).
+
+Each replacement is recorded on the span as ``<field><json path>:<rule>`` (never the
+value) in ``Redactions``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import re2
+
+from collector.model import SpanRecord
+from collector.processors.rules import DETECTORS, Detector, RedactionConfig, is_sensitive_key
+
+__all__ = ["FAILED_SENTINEL", "Redactor", "RedactorStats"]
+
+logger = logging.getLogger("afr.collector.redact")
+
+FAILED_SENTINEL = "<redaction_failed>"
+_KEY_HINT_WORDS = (
+    "passw", "passphrase", "secret", "api.?key", "private.?key", "access.?key", "authorization",
+    "cookie", "credential", "card.?number", "cvv", "cvc", "ssn", "token", "auth", "session",
+    "pwd", "pin", "otp",
+)  # fmt: skip
+_SEPARATOR = "\x00"
+_MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
+
+
+@dataclass
+class RedactorStats:
+    spans: int = 0
+    redactions: int = 0
+    failed_closed: int = 0
+    by_rule: dict[str, int] = field(default_factory=dict)
+
+
+class _Unprocessable(Exception):
+    """Content the redactor will not vouch for: it is replaced, never stored raw."""
+
+
+class Redactor:
+    def __init__(self, secret: bytes, config: RedactionConfig | None = None) -> None:
+        self._secret = secret
+        self.config = config = config or RedactionConfig()
+        detectors = [
+            d for d in (*DETECTORS, *config.extra_detectors) if d.name not in config.disabled_rules
+        ]
+        self._validators: dict[str, Callable[[str], bool] | None] = {
+            d.name: d.validate for d in detectors
+        }
+        self._pattern = re2.compile("|".join(f"(?P<{d.name}>{d.pattern})" for d in detectors))
+        self._value_groups = {
+            d.name: self._pattern.groupindex.get(f"{d.name}__value") for d in detectors
+        }
+        self._extra_keys = tuple(config.extra_key_names)
+        key_words = "|".join((*_KEY_HINT_WORDS, *(re2.escape(k) for k in self._extra_keys)))
+        self._key_hint = re2.compile(rf'(?i)"[^"\x00]*(?:{key_words})[^"\x00]*"\s*:')
+        self._key_scan_cache: dict[str, bool] = {}
+        self.stats = RedactorStats()
+        self._resource_cache: dict[int, tuple[dict[str, str], dict[str, str], list[str]]] = {}
+
+    # --- the processor -------------------------------------------------------------------
+    def __call__(self, records: list[SpanRecord]) -> list[SpanRecord]:
+        self._resource_cache.clear()
+        for record in records:
+            self.redact_span(record)
+        return records
+
+    def pseudonym(self, rule: str, value: str) -> str:
+        digest = hmac.new(self._secret, f"{rule}:{value}".encode(), hashlib.sha256).hexdigest()
+        return f"<{rule}:{digest[:12]}>"
+
+    def redact_span(self, record: SpanRecord) -> None:
+        self.stats.spans += 1
+        fired: list[str] = []
+        # Resource attributes are shared by every span of a ResourceSpans: scan them once.
+        key = id(record.resource_attributes)
+        cached = self._resource_cache.get(key)
+        if cached is None or cached[0] is not record.resource_attributes:
+            original = record.resource_attributes
+            resource_fired: list[str] = []
+            redacted = self._redact_map(original, "resource.", resource_fired)
+            self._resource_cache[key] = cached = (original, redacted, resource_fired)
+        record.resource_attributes = cached[1]
+        fired.extend(cached[2])
+
+        # Everything else of the span: one segment list, one scan.
+        slots: list[tuple[str, Callable[[str], None], str]] = []
+        slots.append(("name", lambda v: setattr(record, "span_name", v), record.span_name))
+        slots.append(
+            ("status", lambda v: setattr(record, "status_message", v), record.status_message)
+        )
+        slots.append(("input", lambda v: setattr(record, "input", v), record.input))
+        slots.append(("output", lambda v: setattr(record, "output", v), record.output))
+        for prefix, mapping in (
+            ("attr.", record.span_attributes),
+            ("body.", record.body_attributes),
+        ):
+            self._map_slots(prefix, mapping, slots, fired)
+        for index, name in enumerate(record.event_names):
+            slots.append((f"event[{index}].name", _setter(record.event_names, index), name))
+            self._map_slots(f"event[{index}].attr.", record.event_attributes[index], slots, fired)
+        for index, attributes in enumerate(record.link_attributes):
+            self._map_slots(f"link[{index}].attr.", attributes, slots, fired)
+        self._scan_slots(slots, fired)
+        if fired:
+            record.redactions = record.redactions + fired
+
+    # --- internals -----------------------------------------------------------------------
+    def _key_allowed(self, key: str) -> bool:
+        return key in self.config.allow_keys
+
+    def _map_slots(
+        self,
+        prefix: str,
+        mapping: dict[str, str],
+        slots: list[tuple[str, Callable[[str], None], str]],
+        fired: list[str],
+    ) -> None:
+        for key, value in list(mapping.items()):
+            if self._key_allowed(key):
+                continue
+            if is_sensitive_key(key, self._extra_keys):
+                if value and value not in self.config.allow_values:
+                    mapping[key] = self.pseudonym("secret", value)
+                    self._count(fired, f"{prefix}{key}:secret", "secret")
+                continue
+            slots.append((prefix + key, _setter(mapping, key), value))
+        # Keys themselves can carry data (a user's e-mail as a map key): scanned as text.
+        for key in [k for k in mapping if self._key_has_hit(k)]:
+            redacted = self._redact_text(key, f"{prefix}<key>", fired)
+            if redacted != key:
+                mapping[redacted] = mapping.pop(key)
+
+    def _key_has_hit(self, key: str) -> bool:
+        known = self._key_scan_cache.get(key)
+        if known is None:
+            known = len(key) >= _MIN_SCAN_CHARS and self._pattern.search(key) is not None
+            if len(self._key_scan_cache) > 65_536:
+                self._key_scan_cache.clear()
+            self._key_scan_cache[key] = known
+        return known
+
+    def _redact_map(self, mapping: dict[str, str], prefix: str, fired: list[str]) -> dict[str, str]:
+        copy = dict(mapping)
+        slots: list[tuple[str, Callable[[str], None], str]] = []
+        self._map_slots(prefix, copy, slots, fired)
+        self._scan_slots(slots, fired)
+        return copy
+
+    def _scan_slots(
+        self, slots: list[tuple[str, Callable[[str], None], str]], fired: list[str]
+    ) -> None:
+        texts = [text for _, _, text in slots]
+        joined = _SEPARATOR.join(texts)
+        if len(joined) > self.config.max_scan_bytes:
+            for where, setter, text in slots:
+                self._process(where, setter, text, fired, force=True)
+            return
+        hits = self._pattern.search(joined) if len(joined) >= _MIN_SCAN_CHARS else None
+        # JSON needs a closer look when it may hide a value from the text scan: an escaped
+        # character, or a key whose value is secret whatever it looks like.
+        json_like = [
+            i
+            for i, text in enumerate(texts)
+            if text[:1] in ("{", "[") and ("\\u" in text or self._key_hint.search(text))
+        ]
+        if hits is None and not json_like:
+            return
+        starts: list[int] = []
+        offset = 0
+        for text in texts:
+            starts.append(offset)
+            offset += len(text) + 1
+        touched = set(json_like)
+        if hits is not None:
+            for match in self._pattern.finditer(joined, hits.start()):
+                touched.add(bisect_right(starts, match.start()) - 1)
+        for index in sorted(touched):
+            where, setter, text = slots[index]
+            self._process(where, setter, text, fired)
+
+    def _process(
+        self,
+        where: str,
+        setter: Callable[[str], None],
+        text: str,
+        fired: list[str],
+        force: bool = False,
+    ) -> None:
+        try:
+            if len(text) > self.config.max_scan_bytes:
+                raise _Unprocessable("too large to scan")
+            setter(self._redact_value(text, where, fired))
+        except (_Unprocessable, RecursionError, ValueError, TypeError) as exc:
+            setter(FAILED_SENTINEL)
+            self.stats.failed_closed += 1
+            fired.append(f"{where}:redaction_failed")
+            logger.debug("redaction failed closed on %s: %s", where, type(exc).__name__)
+
+    def _redact_value(self, text: str, where: str, fired: list[str]) -> str:
+        if text[:1] in ("{", "["):
+            try:
+                document = json.loads(text)
+            except ValueError:
+                document = _NOT_JSON
+            if document is not _NOT_JSON:
+                before = len(fired)
+                walked = self._walk(document, where + "$", fired, 0)
+                if len(fired) == before:
+                    return text  # nothing to change: keep the original bytes
+                return json.dumps(walked, ensure_ascii=False, separators=(",", ":"))
+        return self._redact_text(text, where, fired)
+
+    def _walk(self, node: Any, path: str, fired: list[str], depth: int) -> Any:
+        if depth > self.config.max_depth:
+            raise _Unprocessable("nested too deeply")
+        if isinstance(node, str):
+            return self._redact_text(node, path, fired) if len(node) >= _MIN_SCAN_CHARS else node
+        if isinstance(node, dict):
+            out: dict[str, Any] = {}
+            for key, value in node.items():
+                child = f"{path}.{key}"
+                new_key = (
+                    self._redact_text(key, path + ".<key>", fired)
+                    if len(key) >= _MIN_SCAN_CHARS
+                    else key
+                )
+                if self._secret_value(key, value):
+                    plain = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+                    out[new_key] = self.pseudonym("secret", plain)
+                    self._count(fired, f"{child}:secret", "secret")
+                else:
+                    out[new_key] = self._walk(value, child, fired, depth + 1)
+            return out
+        if isinstance(node, list):
+            return [
+                self._walk(value, f"{path}[{index}]", fired, depth + 1)
+                for index, value in enumerate(node)
+            ]
+        if isinstance(node, int) and not isinstance(node, bool) and node >= 10**12:
+            as_text = str(node)
+            redacted = self._redact_text(as_text, path, fired)
+            return node if redacted == as_text else redacted
+        return node
+
+    def _secret_value(self, key: str, value: Any) -> bool:
+        """A value under a sensitive key is replaced whatever it looks like (unless empty or
+        explicitly allowed)."""
+        if value in (None, "", [], {}) or self._key_allowed(key):
+            return False
+        if isinstance(value, str) and value in self.config.allow_values:
+            return False
+        return is_sensitive_key(key, self._extra_keys)
+
+    def _redact_text(self, text: str, where: str, fired: list[str]) -> str:
+        pieces: list[str] = []
+        cursor = 0
+        for match in self._pattern.finditer(text):
+            rule = match.lastgroup
+            if rule is None:
+                continue
+            value_group = self._value_groups.get(rule)
+            start, end = match.span(value_group) if value_group else match.span()
+            value = text[start:end]
+            validate = self._validators.get(rule)
+            if value in self.config.allow_values or (validate is not None and not validate(value)):
+                continue
+            pieces.append(text[cursor:start])
+            pieces.append(self.pseudonym(rule, value))
+            cursor = end
+            self._count(fired, f"{where}:{rule}", rule)
+        if not pieces:
+            return text
+        pieces.append(text[cursor:])
+        return "".join(pieces)
+
+    def _count(self, fired: list[str], entry: str, rule: str) -> None:
+        fired.append(entry)
+        self.stats.redactions += 1
+        self.stats.by_rule[rule] = self.stats.by_rule.get(rule, 0) + 1
+
+
+_NOT_JSON = object()
+
+
+def _setter(container: Any, key: Any) -> Callable[[str], None]:
+    def assign(value: str) -> None:
+        container[key] = value
+
+    return assign
+
+
+def detector(name: str, pattern: str) -> Detector:
+    """A user-defined detector (from the config file); validated to compile under RE2."""
+    re2.compile(pattern)
+    return Detector(name, pattern)
