@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,7 +55,10 @@ def _collector_settings(args: argparse.Namespace) -> Any:
             overrides[name] = value
     if getattr(args, "no_auth", False):
         overrides["auth_enabled"] = False
-    return CollectorSettings(**overrides)
+    settings = CollectorSettings(**overrides)
+    if args.command == "up" and "AFR_INGEST_WORKERS" not in os.environ:
+        settings = settings.model_copy(update={"ingest_workers": os.cpu_count() or 1})
+    return settings
 
 
 def _up(args: argparse.Namespace) -> int:

@@ -1,30 +1,43 @@
 """The one pipeline both receivers feed: decode -> processors -> write-ahead log -> ack.
 
-A processor is a pure function over a batch of SpanRecords (normalize, then redact and
-truncate). ``ingest`` returns once the accepted spans are durable; the batch writer moves
-them into ClickHouse in the background.
+A processor is a pure function over a batch of SpanRecords (normalize, redact, truncate).
+The CPU-bound stage (decode, processors, row encoding) is ``process_request``: a pure
+function of the request bytes. It runs inline, or — with ``AFR_INGEST_WORKERS`` > 0 — in a
+pool of worker processes, so ingest is not bound to one core by the GIL. Only the encoded,
+already-redacted rows come back to the collector process, which makes them durable in the
+write-ahead log and answers. ``ingest`` returns once they are durable; the batch writer
+moves them into ClickHouse in the background.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-from collector.decode import to_records
+from collector.decode import decode_json, decode_protobuf, to_records
 from collector.model import SpanRecord, encode_rows
 from collector.store.wal import Batch, WriteAheadLog
 
-__all__ = ["IngestResult", "Pipeline", "PipelineStats", "Processor"]
+__all__ = [
+    "IngestResult",
+    "Pipeline",
+    "PipelineStats",
+    "ProcessedRequest",
+    "Processor",
+    "process_request",
+]
 
 logger = logging.getLogger("afr.collector.pipeline")
 
 Processor = Callable[[list[SpanRecord]], list[SpanRecord]]
-_OFFLOAD_SPANS = 2_000  # batches this large are processed off the event loop
+ProcessorFactory = Callable[[], list[tuple[str, Processor]]]
+_OFFLOAD_BYTES = 256 * 1024  # inline mode: requests this large are processed off the event loop
 
 
 @dataclass(frozen=True)
@@ -34,12 +47,56 @@ class IngestResult:
     error_message: str
 
 
+@dataclass(frozen=True)
+class ProcessedRequest:
+    """What the CPU-bound stage hands back: encoded rows and counts, nothing else."""
+
+    payload: bytes
+    rows: int
+    rejected: int
+    error_message: str
+    redactions: int
+
+
 @dataclass
 class PipelineStats:
     requests: int = 0
     spans_accepted: int = 0
     spans_rejected: int = 0
-    per_processor: dict[str, int] = field(default_factory=dict)
+    redactions: int = 0
+
+
+def process_request(
+    processors: list[tuple[str, Processor]], raw: bytes, as_json: bool, project_id: str, now_ns: int
+) -> ProcessedRequest:
+    """Decode, run the processors, encode. Raises InvalidRequest on an undecodable body."""
+    request = decode_json(raw) if as_json else decode_protobuf(raw)
+    decoded = to_records(request, project_id, now_ns)
+    records = decoded.records
+    for _, processor in processors:
+        records = processor(records)
+    redactions = sum(len(r.redactions) for r in records)
+    payload = encode_rows(records) if records else b""
+    return ProcessedRequest(
+        payload, len(records), decoded.rejected, decoded.error_message, redactions
+    )
+
+
+# --- worker processes --------------------------------------------------------------------
+_worker_processors: list[tuple[str, Processor]] = []
+
+
+def _init_worker(factory: ProcessorFactory) -> None:
+    global _worker_processors
+    _worker_processors = factory()
+
+
+def _work(raw: bytes, as_json: bool, project_id: str, now_ns: int) -> ProcessedRequest:
+    return process_request(_worker_processors, raw, as_json, project_id, now_ns)
+
+
+def _ready() -> bool:
+    return True
 
 
 class Pipeline:
@@ -47,37 +104,59 @@ class Pipeline:
         self,
         processors: list[tuple[str, Processor]],
         wal: WriteAheadLog,
+        *,
         clock_ns: Callable[[], int] = time.time_ns,
+        workers: int = 0,
+        processor_factory: ProcessorFactory | None = None,
     ) -> None:
         self._processors = processors
         self._wal = wal
         self._clock_ns = clock_ns
         self.stats = PipelineStats()
+        self._pool: ProcessPoolExecutor | None = None
+        self._workers = workers
+        if workers > 0:
+            if processor_factory is None:
+                raise ValueError("worker processes need a processor factory to build their own")
+            # spawn, never fork: this process runs gRPC and ClickHouse threads.
+            self._pool = ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(processor_factory,),
+            )
 
-    def _process(
-        self, request: ExportTraceServiceRequest, project_id: str
-    ) -> tuple[Batch | None, int, str]:
-        decoded = to_records(request, project_id, self._clock_ns())
-        records = decoded.records
-        for name, processor in self._processors:
-            records = processor(records)
-            self.stats.per_processor[name] = self.stats.per_processor.get(name, 0) + len(records)
-        if not records:
-            return None, decoded.rejected, decoded.error_message
-        return Batch(encode_rows(records), len(records)), decoded.rejected, decoded.error_message
+    def warm_up(self) -> None:
+        """Starts the worker processes now rather than on the first request."""
+        if self._pool is not None:
+            futures = [self._pool.submit(_ready) for _ in range(self._workers)]
+            for future in futures:
+                future.result(timeout=120)
 
-    async def ingest(self, request: ExportTraceServiceRequest, project_id: str) -> IngestResult:
-        """Durable on return. Raises StoreUnavailable when the data cannot be made durable."""
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    async def ingest_bytes(self, raw: bytes, as_json: bool, project_id: str) -> IngestResult:
+        """Durable on return. Raises InvalidRequest, or StoreUnavailable when the data cannot
+        be made durable."""
         self.stats.requests += 1
-        span_count = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-        if span_count >= _OFFLOAD_SPANS:
-            batch, rejected, message = await asyncio.to_thread(self._process, request, project_id)
+        now_ns = self._clock_ns()
+        processed: Any
+        if self._pool is not None:
+            loop = asyncio.get_running_loop()
+            processed = await loop.run_in_executor(
+                self._pool, _work, raw, as_json, project_id, now_ns
+            )
+        elif len(raw) >= _OFFLOAD_BYTES:
+            processed = await asyncio.to_thread(
+                process_request, self._processors, raw, as_json, project_id, now_ns
+            )
         else:
-            batch, rejected, message = self._process(request, project_id)
-        accepted = 0
-        if batch is not None:
-            await self._wal.append(batch)
-            accepted = batch.rows
-        self.stats.spans_accepted += accepted
-        self.stats.spans_rejected += rejected
-        return IngestResult(accepted, rejected, message)
+            processed = process_request(self._processors, raw, as_json, project_id, now_ns)
+        if processed.rows:
+            await self._wal.append(Batch(processed.payload, processed.rows))
+        self.stats.spans_accepted += processed.rows
+        self.stats.spans_rejected += processed.rejected
+        self.stats.redactions += processed.redactions
+        return IngestResult(processed.rows, processed.rejected, processed.error_message)

@@ -7,6 +7,7 @@ background thread with its own loop, for the demo and the tests.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import socket
@@ -89,7 +90,12 @@ class Collector:
         self.writer = BatchWriter(
             store, self.wal, max_rows=settings.batch_max_rows, interval_s=settings.batch_interval_s
         )
-        self.pipeline = Pipeline(processors or default_processors(settings), self.wal)
+        self.pipeline = Pipeline(
+            processors or default_processors(settings),
+            self.wal,
+            workers=settings.ingest_workers if processors is None else 0,
+            processor_factory=functools.partial(default_processors, settings),
+        )
         self.reader = RunReader(
             store, query_timeout_s=settings.api_query_timeout_s, max_spans=settings.api_max_spans
         )
@@ -133,6 +139,7 @@ class Collector:
         )
 
     async def start(self) -> None:
+        await asyncio.to_thread(self.pipeline.warm_up)
         self.recovered_rows = self.wal.open()
         if self.recovered_rows:
             logger.info(
@@ -169,6 +176,7 @@ class Collector:
             self._http_server.should_exit = True
             await self._http_task
         await asyncio.to_thread(self.writer.stop)
+        await asyncio.to_thread(self.pipeline.close)
         self.wal.close()
         self.store.close()
 

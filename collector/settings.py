@@ -41,6 +41,10 @@ class CollectorSettings(BaseSettings):
     """Retry hint for UNAVAILABLE/503; short, since OTLP clients give up after ~10 s."""
     ttl_days: int | None = Field(default=None, ge=1)
 
+    ingest_workers: int = Field(default=0, ge=0, le=64)
+    """Processes that decode, normalize, redact and encode (0: in the collector process).
+    ``afr up`` defaults to one per CPU: the per-span work is Python, bound by the GIL."""
+
     redaction_enabled: bool = True
     """False stores content exactly as received: for data you know holds nothing secret."""
     redaction_config: Path | None = None

@@ -43,7 +43,11 @@ _KEY_HINT_WORDS = (
     "pwd", "pin", "otp",
 )  # fmt: skip
 _SEPARATOR = "\x00"
+_JSON_OPENERS = ("{", "[")
 _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
+_SCAN, _SECRET, _ALLOWED, _SCAN_KEY = range(4)  # how a map key's value is treated
+# (where, owner, key or attribute name, text): owner[key] = redacted, or setattr on a span.
+_Slot = tuple[str, Any, Any, str]
 
 
 @dataclass
@@ -74,8 +78,12 @@ class Redactor:
         }
         self._extra_keys = tuple(config.extra_key_names)
         key_words = "|".join((*_KEY_HINT_WORDS, *(re2.escape(k) for k in self._extra_keys)))
-        self._key_hint = re2.compile(rf'(?i)"[^"\x00]*(?:{key_words})[^"\x00]*"\s*:')
-        self._key_scan_cache: dict[str, bool] = {}
+        # The scan pattern adds one more group to the detectors: a JSON key that may hold a
+        # secret whatever its value looks like. It only selects segments for a closer look;
+        # replacements use the detectors alone (self._pattern).
+        json_key = rf'(?P<json_sensitive_key>"[^"\x00]*(?i:{key_words})[^"\x00]*"\s*:)'
+        self._scan = re2.compile(self._pattern.pattern + "|" + json_key)
+        self._key_classes: dict[str, int] = {}
         self.stats = RedactorStats()
         self._resource_cache: dict[int, tuple[dict[str, str], dict[str, str], list[str]]] = {}
 
@@ -99,26 +107,26 @@ class Redactor:
         if cached is None or cached[0] is not record.resource_attributes:
             original = record.resource_attributes
             resource_fired: list[str] = []
-            redacted = self._redact_map(original, "resource.", resource_fired)
+            redacted = dict(original)
+            resource_slots: list[_Slot] = []
+            self._map_slots("resource.", redacted, resource_slots, resource_fired)
+            self._scan_slots(resource_slots, resource_fired)
             self._resource_cache[key] = cached = (original, redacted, resource_fired)
         record.resource_attributes = cached[1]
         fired.extend(cached[2])
 
         # Everything else of the span: one segment list, one scan.
-        slots: list[tuple[str, Callable[[str], None], str]] = []
-        slots.append(("name", lambda v: setattr(record, "span_name", v), record.span_name))
-        slots.append(
-            ("status", lambda v: setattr(record, "status_message", v), record.status_message)
-        )
-        slots.append(("input", lambda v: setattr(record, "input", v), record.input))
-        slots.append(("output", lambda v: setattr(record, "output", v), record.output))
-        for prefix, mapping in (
-            ("attr.", record.span_attributes),
-            ("body.", record.body_attributes),
-        ):
-            self._map_slots(prefix, mapping, slots, fired)
+        slots: list[_Slot] = [
+            ("name", record, "span_name", record.span_name),
+            ("status", record, "status_message", record.status_message),
+            ("input", record, "input", record.input),
+            ("output", record, "output", record.output),
+        ]
+        self._map_slots("attr.", record.span_attributes, slots, fired)
+        if record.body_attributes:
+            self._map_slots("body.", record.body_attributes, slots, fired)
         for index, name in enumerate(record.event_names):
-            slots.append((f"event[{index}].name", _setter(record.event_names, index), name))
+            slots.append((f"event[{index}].name", record.event_names, index, name))
             self._map_slots(f"event[{index}].attr.", record.event_attributes[index], slots, fired)
         for index, attributes in enumerate(record.link_attributes):
             self._map_slots(f"link[{index}].attr.", attributes, slots, fired)
@@ -127,96 +135,82 @@ class Redactor:
             record.redactions = record.redactions + fired
 
     # --- internals -----------------------------------------------------------------------
-    def _key_allowed(self, key: str) -> bool:
-        return key in self.config.allow_keys
+    def _key_class(self, key: str) -> int:
+        known = self._key_classes.get(key)
+        if known is None:
+            if key in self.config.allow_keys:
+                known = _ALLOWED
+            elif is_sensitive_key(key, self._extra_keys):
+                known = _SECRET
+            elif len(key) >= _MIN_SCAN_CHARS and self._pattern.search(key):
+                known = _SCAN_KEY
+            else:
+                known = _SCAN
+            if len(self._key_classes) > 65_536:
+                self._key_classes.clear()
+            self._key_classes[key] = known
+        return known
 
     def _map_slots(
-        self,
-        prefix: str,
-        mapping: dict[str, str],
-        slots: list[tuple[str, Callable[[str], None], str]],
-        fired: list[str],
+        self, prefix: str, mapping: dict[str, str], slots: list[_Slot], fired: list[str]
     ) -> None:
-        for key, value in list(mapping.items()):
-            if self._key_allowed(key):
-                continue
-            if is_sensitive_key(key, self._extra_keys):
+        renamed: list[str] = []
+        for key, value in mapping.items():
+            kind = self._key_class(key)
+            if kind == _SCAN:
+                slots.append((prefix + key, mapping, key, value))
+            elif kind == _SECRET:
                 if value and value not in self.config.allow_values:
                     mapping[key] = self.pseudonym("secret", value)
                     self._count(fired, f"{prefix}{key}:secret", "secret")
-                continue
-            slots.append((prefix + key, _setter(mapping, key), value))
-        # Keys themselves can carry data (a user's e-mail as a map key): scanned as text.
-        for key in [k for k in mapping if self._key_has_hit(k)]:
+            elif kind == _SCAN_KEY:
+                renamed.append(key)
+        # Keys themselves can carry data (a user's e-mail as a map key).
+        for key in renamed:
             redacted = self._redact_text(key, f"{prefix}<key>", fired)
-            if redacted != key:
-                mapping[redacted] = mapping.pop(key)
+            value = mapping.pop(key)
+            mapping[redacted] = value
+            slots.append((prefix + redacted, mapping, redacted, value))
 
-    def _key_has_hit(self, key: str) -> bool:
-        known = self._key_scan_cache.get(key)
-        if known is None:
-            known = len(key) >= _MIN_SCAN_CHARS and self._pattern.search(key) is not None
-            if len(self._key_scan_cache) > 65_536:
-                self._key_scan_cache.clear()
-            self._key_scan_cache[key] = known
-        return known
-
-    def _redact_map(self, mapping: dict[str, str], prefix: str, fired: list[str]) -> dict[str, str]:
-        copy = dict(mapping)
-        slots: list[tuple[str, Callable[[str], None], str]] = []
-        self._map_slots(prefix, copy, slots, fired)
-        self._scan_slots(slots, fired)
-        return copy
-
-    def _scan_slots(
-        self, slots: list[tuple[str, Callable[[str], None], str]], fired: list[str]
-    ) -> None:
-        texts = [text for _, _, text in slots]
+    def _scan_slots(self, slots: list[_Slot], fired: list[str]) -> None:
+        texts = [slot[3] for slot in slots]
         joined = _SEPARATOR.join(texts)
         if len(joined) > self.config.max_scan_bytes:
-            for where, setter, text in slots:
-                self._process(where, setter, text, fired, force=True)
+            for slot in slots:
+                self._process(slot, fired)
             return
-        hits = self._pattern.search(joined) if len(joined) >= _MIN_SCAN_CHARS else None
-        # JSON needs a closer look when it may hide a value from the text scan: an escaped
-        # character, or a key whose value is secret whatever it looks like.
-        json_like = [
-            i
-            for i, text in enumerate(texts)
-            if text[:1] in ("{", "[") and ("\\u" in text or self._key_hint.search(text))
-        ]
-        if hits is None and not json_like:
+        first = self._scan.search(joined) if len(joined) >= _MIN_SCAN_CHARS else None
+        # Escaped characters could hide a value from the raw scan: decode that JSON first.
+        escaped = [i for i, text in enumerate(texts) if text[:1] in _JSON_OPENERS and "\\u" in text]
+        if first is None and not escaped:
             return
-        starts: list[int] = []
-        offset = 0
-        for text in texts:
-            starts.append(offset)
-            offset += len(text) + 1
-        touched = set(json_like)
-        if hits is not None:
-            for match in self._pattern.finditer(joined, hits.start()):
+        touched = set(escaped)
+        if first is not None:
+            starts: list[int] = []
+            offset = 0
+            for text in texts:
+                starts.append(offset)
+                offset += len(text) + 1
+            for match in self._scan.finditer(joined, first.start()):
                 touched.add(bisect_right(starts, match.start()) - 1)
         for index in sorted(touched):
-            where, setter, text = slots[index]
-            self._process(where, setter, text, fired)
+            self._process(slots[index], fired)
 
-    def _process(
-        self,
-        where: str,
-        setter: Callable[[str], None],
-        text: str,
-        fired: list[str],
-        force: bool = False,
-    ) -> None:
+    def _process(self, slot: _Slot, fired: list[str]) -> None:
+        where, target, key, text = slot
         try:
             if len(text) > self.config.max_scan_bytes:
                 raise _Unprocessable("too large to scan")
-            setter(self._redact_value(text, where, fired))
+            value = self._redact_value(text, where, fired)
         except (_Unprocessable, RecursionError, ValueError, TypeError) as exc:
-            setter(FAILED_SENTINEL)
+            value = FAILED_SENTINEL
             self.stats.failed_closed += 1
             fired.append(f"{where}:redaction_failed")
             logger.debug("redaction failed closed on %s: %s", where, type(exc).__name__)
+        if isinstance(target, SpanRecord):
+            setattr(target, key, value)
+        else:
+            target[key] = value
 
     def _redact_value(self, text: str, where: str, fired: list[str]) -> str:
         if text[:1] in ("{", "["):
@@ -267,7 +261,7 @@ class Redactor:
     def _secret_value(self, key: str, value: Any) -> bool:
         """A value under a sensitive key is replaced whatever it looks like (unless empty or
         explicitly allowed)."""
-        if value in (None, "", [], {}) or self._key_allowed(key):
+        if value in (None, "", [], {}) or key in self.config.allow_keys:
             return False
         if isinstance(value, str) and value in self.config.allow_values:
             return False
@@ -302,13 +296,6 @@ class Redactor:
 
 
 _NOT_JSON = object()
-
-
-def _setter(container: Any, key: Any) -> Callable[[str], None]:
-    def assign(value: str) -> None:
-        container[key] = value
-
-    return assign
 
 
 def detector(name: str, pattern: str) -> Detector:

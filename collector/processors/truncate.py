@@ -48,8 +48,9 @@ def sentinel(value: str, preview_bytes: int) -> str:
 
 class Truncator:
     def __init__(self, config: TruncationConfig | None = None) -> None:
-        self.config = config or TruncationConfig()
+        self.config = config = config or TruncationConfig()
         self.truncated_values = 0
+        self._quarter_limit = min([config.max_body_bytes, *config.field_limits.values()]) // 4
 
     def __call__(self, records: list[SpanRecord]) -> list[SpanRecord]:
         for record in records:
@@ -66,19 +67,32 @@ class Truncator:
         self.truncated_values += 1
         return sentinel(value, min(self.config.preview_bytes, max(0, limit - 200)))
 
+    def _surely_fits(self, record: SpanRecord, maps: list[dict[str, str]]) -> bool:
+        # No encoding needed to know most spans fit: n characters are at most 4n UTF-8 bytes.
+        quarter = self._quarter_limit
+        total = len(record.input) + len(record.output)
+        if total > quarter:
+            return False
+        for mapping in maps:
+            for value in mapping.values():
+                size = len(value)
+                if size > quarter:
+                    return False
+                total += size
+        return total * 4 <= self.config.max_span_bytes
+
     def truncate_span(self, record: SpanRecord) -> None:
+        maps = [record.span_attributes, record.body_attributes]
+        if record.event_attributes or record.link_attributes:
+            maps += [*record.event_attributes, *record.link_attributes]
+        if self._surely_fits(record, maps):
+            return
         changed = False
         for name in ("input", "output"):
             cut = self._cut(getattr(record, name), self._limit(name))
             if cut is not None:
                 setattr(record, name, cut)
                 changed = True
-        maps = [
-            record.span_attributes,
-            record.body_attributes,
-            *record.event_attributes,
-            *record.link_attributes,
-        ]
         for mapping in maps:
             for key, value in mapping.items():
                 cut = self._cut(value, self._limit(key))

@@ -14,7 +14,6 @@ import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from collector.auth import Authenticator
-from collector.decode import decode_protobuf
 from collector.errors import PipelineError
 from collector.pipeline import Pipeline
 from collector.receiver.status import grpc_status
@@ -46,8 +45,7 @@ class _ExportHandler:
                 if key == "authorization":
                     authorization = value if isinstance(value, str) else value.decode()
             project = self._auth.authenticate(authorization)
-            request = decode_protobuf(raw)
-            result = await self._pipeline.ingest(request, project)
+            result = await self._pipeline.ingest_bytes(raw, False, project)
         except PipelineError as error:
             status = grpc_status(error)
             if status.trailing_metadata:

@@ -18,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from collector.auth import Authenticator
-from collector.decode import decode_json, decode_protobuf
 from collector.errors import InvalidRequest, PayloadTooLarge, PipelineError
 from collector.pipeline import Pipeline
 from collector.receiver.status import http_status
@@ -82,8 +81,7 @@ class OtlpHttpHandler:
         try:
             project = self._auth.authenticate(request.headers.get("authorization"))
             raw = await read_body(request, self._max_bytes)
-            otlp = decode_json(raw) if as_json else decode_protobuf(raw)
-            result = await self._pipeline.ingest(otlp, project)
+            result = await self._pipeline.ingest_bytes(raw, as_json, project)
         except PipelineError as error:
             return self._error(error, as_json)
         except Exception:
