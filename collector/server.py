@@ -50,14 +50,17 @@ def tune_gc_for_ingest() -> None:
 
 
 def default_processors(settings: CollectorSettings) -> list[tuple[str, Processor]]:
-    """normalize -> redact -> truncate: nothing is written (or logged) before redaction,
-    and truncation keeps the hash of the redacted value, never of a secret."""
+    """redact -> normalize -> truncate. Redaction comes first so every field normalization
+    derives (agent, tool, model, error type, the Input/Output bodies) is derived from
+    redacted data; nothing is written (or logged) before it; truncation keeps the hash of
+    the redacted value, never of a secret."""
     document = load_config_file(settings.redaction_config)
-    processors: list[tuple[str, Processor]] = [("normalize", normalize)]
+    processors: list[tuple[str, Processor]] = []
     if settings.redaction_enabled:
         processors.append(("redact", build_redactor(settings, document)))
     else:
         logger.warning("redaction is OFF: span content is stored exactly as received")
+    processors.append(("normalize", normalize))
     processors.append(("truncate", build_truncator(settings, document)))
     return processors
 

@@ -121,6 +121,10 @@ class Redactor:
             ("status", record, "status_message", record.status_message),
             ("input", record, "input", record.input),
             ("output", record, "output", record.output),
+            ("service", record, "service_name", record.service_name),
+            ("scope", record, "scope_name", record.scope_name),
+            ("scope_version", record, "scope_version", record.scope_version),
+            ("trace_state", record, "trace_state", record.trace_state),
         ]
         self._map_slots("attr.", record.span_attributes, slots, fired)
         if record.body_attributes:

@@ -63,7 +63,13 @@ def _ssn(text: str) -> bool:
 
 def _phone(text: str) -> bool:
     digits = _digits(text)
-    return 10 <= len(digits) <= 15
+    if text.lstrip().startswith("+"):
+        return 10 <= len(digits) <= 15
+    # Without a country code only North American numbers are recognised, with the NANP's
+    # rules (area code and exchange start with 2-9), which rejects most id-like triples.
+    if len(digits) == 11 and digits[0] == "1":
+        digits = digits[1:]
+    return len(digits) == 10 and digits[0] in "23456789" and digits[3] in "23456789"
 
 
 @dataclass(frozen=True)

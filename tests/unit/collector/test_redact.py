@@ -1,0 +1,333 @@
+"""Redaction: planted secrets never survive, look-alikes do, pseudonyms are keyed and stable."""
+
+from __future__ import annotations
+
+import json
+import string
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collector.model import SpanRecord
+from collector.processors.redact import FAILED_SENTINEL, Redactor
+from collector.processors.rules import Detector, RedactionConfig, luhn_valid
+
+KEY = b"unit-test-redaction-key"
+
+SECRETS: dict[str, str] = {
+    "openai_key": "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z",
+    "anthropic_key": "sk-ant-api03-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg",
+    "aws_access_key": "AKIAIOSFODNN7EXAMPLE",
+    "github_token": "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "slack_token": "xoxb-123456789012-abcdefghijkl",
+    "stripe_key": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "google_api_key": "AIza" + "SyD-1234567890abcdefghijklmnopqrstu",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "bearer_token": "Bearer 9f8e7d6c5b4a3f2e1d0c9b8a",
+    "pem_private_key": "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n-----END RSA PRIVATE KEY-----",
+    "url_credentials": "postgres://admin:hunter2-db@db.internal:5432/orders",
+    "email": "jane.doe@example.com",
+    "phone": "+1 415-555-0132",
+    "phone_nanp": "(415) 555-0132",
+    "credit_card": "4111 1111 1111 1111",
+    "iban": "DE89 3704 0044 0532 0130 00",
+    "us_ssn": "123-45-6789",
+}
+# The part of each secret that must never be stored (the scheme or "Bearer " may stay).
+SECRET_CORES = {
+    **SECRETS,
+    "bearer_token": "9f8e7d6c5b4a3f2e1d0c9b8a",
+    "url_credentials": "admin:hunter2-db",
+    "pem_private_key": "MIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu",
+}
+
+LOOK_ALIKES = [
+    "550e8400-e29b-41d4-a716-446655440000",  # UUID
+    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",  # sha256
+    "0af7651916cd43dd8448eb211c80319c",  # trace id
+    "order A-1001 and ORD-2026-000123",
+    "2026-11-30T09:36:47.123456+00:00",
+    "1764000000000000000",
+    "4111 1111 1111 1112",  # fails Luhn
+    "amount 12.OO or 12.00 EUR",
+    "version 1.45.2, build 20261130",
+    "000-12-3456",  # not a valid SSN area
+    "sk-short",
+    "call_refund_1 span_0123456789abcdef01234567",
+    "room 101-202-3030",  # phone-shaped, but no NANP area code starts with 1
+]
+
+
+def span(**fields: Any) -> SpanRecord:
+    defaults: dict[str, Any] = dict(
+        project_id="p",
+        timestamp_ns=1,
+        trace_id="t" * 32,
+        span_id="s" * 16,
+        parent_span_id="",
+        trace_state="",
+        span_name="step",
+        span_kind="Internal",
+        service_name="svc",
+        resource_attributes={},
+        scope_name="",
+        scope_version="",
+        span_attributes={},
+        duration_ns=1,
+        status_code="Unset",
+        status_message="",
+        event_timestamps=[],
+        event_names=[],
+        event_attributes=[],
+        link_trace_ids=[],
+        link_span_ids=[],
+        link_trace_states=[],
+        link_attributes=[],
+        ingested_ns=1,
+    )
+    defaults.update(fields)
+    return SpanRecord(**defaults)
+
+
+def everything(record: SpanRecord) -> str:
+    return json.dumps(
+        [
+            record.span_name,
+            record.status_message,
+            record.input,
+            record.output,
+            record.span_attributes,
+            record.body_attributes,
+            record.resource_attributes,
+            record.event_names,
+            record.event_attributes,
+            record.link_attributes,
+        ],
+        ensure_ascii=False,
+    )
+
+
+@pytest.fixture
+def redactor() -> Redactor:
+    return Redactor(KEY)
+
+
+@pytest.mark.parametrize(("rule", "secret"), sorted(SECRETS.items()))
+def test_each_detector_replaces_its_secret_with_a_typed_pseudonym(
+    redactor: Redactor, rule: str, secret: str
+) -> None:
+    record = span(span_attributes={"note": f"before {secret} after"})
+    redactor([record])
+    note = record.span_attributes["note"]
+    assert SECRET_CORES[rule] not in note
+    assert f"<{rule.removesuffix('_nanp')}:" in note
+    assert note.startswith("before ")
+    assert note.endswith(" after")
+    assert record.redactions == [f"attr.note:{rule.removesuffix('_nanp')}"]
+
+
+@pytest.mark.parametrize("text", LOOK_ALIKES)
+def test_look_alikes_stay_untouched(redactor: Redactor, text: str) -> None:
+    record = span(span_attributes={"note": text}, input=json.dumps({"value": text}))
+    redactor([record])
+    assert record.span_attributes["note"] == text
+    assert json.loads(record.input) == {"value": text}
+    assert record.redactions == []
+
+
+def test_every_field_of_a_span_is_covered(redactor: Redactor) -> None:
+    email = SECRETS["email"]
+    record = span(
+        span_name=f"lookup {email}",
+        status_message=f"failed for {email}",
+        input=f"hi, I am {email}",
+        output=json.dumps({"reply": f"mailed {email}"}),
+        span_attributes={"user": email, "tags": json.dumps([email, "x"])},
+        body_attributes={"gen_ai.system_instructions": f"escalate to {email}"},
+        resource_attributes={"owner": email},
+        event_names=[f"sent to {email}"],
+        event_timestamps=[1],
+        event_attributes=[{"exception.message": f"bounce {email}"}],
+        link_trace_ids=["a" * 32],
+        link_span_ids=["b" * 16],
+        link_trace_states=[""],
+        link_attributes=[{"reason": f"retry {email}"}],
+    )
+    redactor([record])
+    assert email not in everything(record)
+    where = {entry.rsplit(":", 1)[0] for entry in record.redactions}
+    assert where == {
+        "name",
+        "status",
+        "input",
+        "output$.reply",
+        "attr.user",
+        "attr.tags$[0]",
+        "body.gen_ai.system_instructions",
+        "resource.owner",
+        "event[0].name",
+        "event[0].attr.exception.message",
+        "link[0].attr.reason",
+    }
+    assert all(entry.endswith(":email") for entry in record.redactions)
+
+
+def test_json_bodies_are_walked_and_stay_valid(redactor: Redactor) -> None:
+    messages = [
+        {"role": "system", "content": "be nice"},
+        {"role": "user", "content": "order A-1001"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": f"card {SECRETS['credit_card']}, mail {SECRETS['email']}"},
+    ]
+    arguments = {
+        "card": {"number": "4111111111111111", "exp": "12/29"},
+        "password": "hunter2",
+        "pin": 4321,
+    }
+    record = span(
+        span_attributes={"gen_ai.input.messages": json.dumps(messages)},
+        input=json.dumps(arguments),
+    )
+    redactor([record])
+    walked = json.loads(record.span_attributes["gen_ai.input.messages"])
+    assert walked[1]["content"] == "order A-1001"
+    assert "4111" not in walked[3]["content"]
+    assert "jane.doe" not in walked[3]["content"]
+    args = json.loads(record.input)
+    assert args["card"]["number"].startswith("<credit_card:")
+    assert args["card"]["exp"] == "12/29"
+    assert args["password"].startswith("<secret:")
+    assert args["pin"].startswith("<secret:"), "a sensitive key's value goes whatever its type"
+    assert set(record.redactions) == {
+        "attr.gen_ai.input.messages$[3].content:credit_card",
+        "attr.gen_ai.input.messages$[3].content:email",
+        "input$.card.number:credit_card",
+        "input$.password:secret",
+        "input$.pin:secret",
+    }
+
+
+def test_sensitive_attribute_keys_are_replaced_whatever_the_value(redactor: Redactor) -> None:
+    record = span(
+        span_attributes={
+            "http.request.header.authorization": "Basic dXNlcjpwYXNz",
+            "db.password": "x",
+            "session_id": "abc",
+            "gen_ai.usage.input_tokens": "740",
+            "gen_ai.request.max_tokens": "1024",
+        }
+    )
+    redactor([record])
+    attrs = record.span_attributes
+    assert attrs["http.request.header.authorization"].startswith("<secret:")
+    assert attrs["db.password"].startswith("<secret:")
+    assert attrs["session_id"].startswith("<secret:")
+    assert attrs["gen_ai.usage.input_tokens"] == "740", "token counts are not tokens"
+    assert attrs["gen_ai.request.max_tokens"] == "1024"
+
+
+def test_escaped_json_cannot_smuggle_a_secret(redactor: Redactor) -> None:
+    record = span(input='{"note": "write to jane.doe\\u0040example.com"}')
+    redactor([record])
+    assert "jane.doe" not in json.loads(record.input)["note"]
+
+
+def test_pseudonyms_are_stable_per_key_and_differ_across_keys() -> None:
+    first, again = (
+        span(span_attributes={"a": SECRETS["email"]}),
+        span(input=f"x {SECRETS['email']}"),
+    )
+    Redactor(KEY)([first])
+    Redactor(KEY)([again])  # a new instance: as after a restart with the same key
+    pseudonym = first.span_attributes["a"]
+    assert pseudonym in again.input
+    other = span(span_attributes={"a": SECRETS["email"]})
+    Redactor(b"another key")([other])
+    assert other.span_attributes["a"] != pseudonym
+    assert other.span_attributes["a"].startswith("<email:")
+
+
+def test_unprocessable_content_fails_closed(redactor: Redactor) -> None:
+    deep: Any = "jane.doe@example.com"
+    for _ in range(200):
+        deep = [deep]
+    record = span(input=json.dumps(deep), span_attributes={"ok": "fine"})
+    redactor([record])
+    assert record.input == FAILED_SENTINEL
+    assert record.redactions == ["input:redaction_failed"]
+    assert redactor.stats.failed_closed == 1
+    assert record.span_attributes == {"ok": "fine"}
+
+
+def test_configuration_disables_allows_and_extends() -> None:
+    config = RedactionConfig(
+        disabled_rules=frozenset({"phone"}),
+        allow_values=frozenset({"support@shop.example"}),
+        allow_keys=frozenset({"customer.contact"}),
+        extra_key_names=("loyalty_number",),
+        extra_detectors=(Detector("employee_id", r"EMP-[0-9]{6}"),),
+    )
+    record = span(
+        span_attributes={
+            "a": "call +1 415-555-0132 or support@shop.example, not jane.doe@example.com",
+            "customer.contact": "jane.doe@example.com",
+            "loyalty_number": "LN-42",
+            "b": "by EMP-123456",
+        }
+    )
+    Redactor(KEY, config)([record])
+    attrs = record.span_attributes
+    assert "+1 415-555-0132" in attrs["a"]
+    assert "support@shop.example" in attrs["a"]
+    assert "jane.doe" not in attrs["a"]
+    assert attrs["customer.contact"] == "jane.doe@example.com"
+    assert attrs["loyalty_number"].startswith("<secret:")
+    assert attrs["b"] == "by <employee_id:" + attrs["b"].split(":", 1)[1]
+
+
+def test_luhn() -> None:
+    assert luhn_valid("4111111111111111")
+    assert not luhn_valid("4111111111111112")
+
+
+# --- property: random JSON with embedded secrets never leaks and never crashes ------------
+
+_text = st.text(alphabet=string.ascii_letters + string.digits + ' .,:-_/@é😀"\\\n', max_size=30)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(10**6), max_value=10**6) | _text,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_text, children, max_size=4),
+    max_leaves=12,
+)
+
+
+def _plant(document: Any, secret: str, choice: int) -> Any:
+    """Puts the secret into the document: inside a string, as a value, or as a new key's value."""
+    if isinstance(document, dict):
+        key = sorted(document)[choice % len(document)] if document else "k"
+        return {**document, key: f"see {secret} here"}
+    if isinstance(document, list):
+        return [*document, {"nested": [f"{secret}"]}]
+    if isinstance(document, str):
+        return f"{document} {secret} {document}"
+    return {"value": document, "text": f"{secret}"}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    document=_json,
+    rule=st.sampled_from(sorted(SECRETS)),
+    choice=st.integers(0, 10),
+    as_body=st.booleans(),
+)
+def test_random_json_with_secrets_never_leaks(
+    document: Any, rule: str, choice: int, as_body: bool
+) -> None:
+    planted = json.dumps(_plant(document, SECRETS[rule], choice), ensure_ascii=choice % 2 == 0)
+    record = span(input=planted) if as_body else span(span_attributes={"payload": planted})
+    Redactor(KEY)([record])
+    stored = record.input if as_body else record.span_attributes["payload"]
+    assert SECRET_CORES[rule] not in stored
+    assert SECRET_CORES[rule] not in json.dumps(json.loads(stored), ensure_ascii=False)
+    assert record.redactions
