@@ -225,10 +225,23 @@ async def _send(
 
 
 def _peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return 0.0
     return 0.0
+
+
+def _children(pid: int) -> list[int]:
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return children
 
 
 def _wait_inserted(http_port: int, rows: int, timeout_s: float) -> float:
@@ -241,16 +254,44 @@ def _wait_inserted(http_port: int, rows: int, timeout_s: float) -> float:
     raise TimeoutError(f"collector inserted fewer than {rows} rows in {timeout_s} s")
 
 
-def main(requests_count: int = 300) -> dict[str, float]:
-    requests = make_requests(requests_count)
-    spans_total = requests_count * TRACES_PER_REQUEST * 9
-    bytes_per_span = sum(len(r) for r in requests) / spans_total
-    baseline = parse_only_spans_per_s(requests)
+def redaction_mb_per_s(requests: list[bytes]) -> tuple[float, float]:
+    """In-process cost of redact + truncate on the bench corpus and on a secret-dense one."""
+    from collector.decode import decode_protobuf, to_records
+    from collector.processors.redact import Redactor
+    from collector.processors.truncate import Truncator
 
+    redactor, truncator = Redactor(b"bench-key"), Truncator()
+    batches = [to_records(decode_protobuf(raw), "bench", 1).records for raw in requests]
+    size = sum(len(raw) for raw in requests)
+    started = time.perf_counter()
+    for records in batches:
+        truncator(redactor(records))
+    clean = size / (time.perf_counter() - started) / 1e6
+
+    dense_text = (
+        "mail jane.doe@example.com card 4111 1111 1111 1111 key sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv "
+        * 20
+    )
+    dense = [to_records(decode_protobuf(raw), "bench", 1).records for raw in requests[:10]]
+    dense_size = 0
+    for records in dense:
+        for record in records:
+            record.span_attributes["afr.note"] = dense_text
+            dense_size += sum(len(v) for v in record.span_attributes.values())
+    started = time.perf_counter()
+    for records in dense:
+        truncator(redactor(records))
+    return clean, dense_size / (time.perf_counter() - started) / 1e6
+
+
+def run_collector(
+    requests: list[bytes], env_extra: dict[str, str], *, half_rate: bool
+) -> dict[str, float]:
+    spans_total = len(requests) * TRACES_PER_REQUEST * 9
     data_dir = Path(tempfile.mkdtemp(prefix="afr-bench-"))
     key = KeyStore(data_dir / "keys.sqlite").create("bench")
     grpc_port, http_port = 43170 + os.getpid() % 100, 43270 + os.getpid() % 100
-    env = {**os.environ, "AFR_DATA_DIR": str(data_dir)}
+    env = {**os.environ, "AFR_DATA_DIR": str(data_dir), **env_extra}
     command = [
         sys.executable,
         "-m",
@@ -264,6 +305,7 @@ def main(requests_count: int = 300) -> dict[str, float]:
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
+    figures: dict[str, float] = {}
     try:
         assert process.stdout is not None
         for line in process.stdout:
@@ -274,53 +316,76 @@ def main(requests_count: int = 300) -> dict[str, float]:
         warm_rows = 4 * TRACES_PER_REQUEST * 9
 
         elapsed, latencies = asyncio.run(_send(requests, grpc_port, key, None))
-        ack_rate = spans_total / elapsed
-        insert_wait = _wait_inserted(http_port, warm_rows + spans_total, 120)
-        durable_rate = spans_total / (elapsed + insert_wait)
-        sat_p50 = statistics.median(latencies)
-        sat_p99 = statistics.quantiles(latencies, n=100)[98]
-
-        half = make_requests(requests_count // 2, seed=11)
-        spans_per_request = TRACES_PER_REQUEST * 9
-        interval_s = spans_per_request / (ack_rate / 2)
-        _, half_latencies = asyncio.run(_send(half, grpc_port, key, interval_s))
-        half_p50 = statistics.median(half_latencies)
-        half_p99 = statistics.quantiles(half_latencies, n=100)[98]
-        rss = _peak_rss_mib(process.pid)
+        figures["acknowledged_spans_per_s"] = spans_total / elapsed
+        drain = _wait_inserted(http_port, warm_rows + spans_total, 120)
+        figures["inserted_spans_per_s"] = spans_total / (elapsed + drain)
+        figures["saturation_p50_ms"] = statistics.median(latencies) * 1000
+        figures["saturation_p99_ms"] = statistics.quantiles(latencies, n=100)[98] * 1000
+        if half_rate:
+            half = make_requests(len(requests) // 2, seed=11)
+            interval_s = TRACES_PER_REQUEST * 9 / (figures["acknowledged_spans_per_s"] / 2)
+            _, half_latencies = asyncio.run(_send(half, grpc_port, key, interval_s))
+            figures["half_rate_p50_ms"] = statistics.median(half_latencies) * 1000
+            figures["half_rate_p99_ms"] = statistics.quantiles(half_latencies, n=100)[98] * 1000
+        figures["collector_peak_rss_mib"] = _peak_rss_mib(process.pid)
+        figures["workers_peak_rss_mib"] = sum(
+            _peak_rss_mib(child) for child in _children(process.pid)
+        )
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)
+        if process.stdout is not None:
+            process.stdout.close()
+    return figures
+
+
+def main(requests_count: int = 300) -> dict[str, float]:
+    requests = make_requests(requests_count)
+    spans_total = requests_count * TRACES_PER_REQUEST * 9
+    bytes_per_span = sum(len(r) for r in requests) / spans_total
+    baseline = parse_only_spans_per_s(requests)
+    clean_mb_s, dense_mb_s = redaction_mb_per_s(requests[:40])
+    on = run_collector(requests, {}, half_rate=True)
+    off = run_collector(requests, {"AFR_REDACTION_ENABLED": "false"}, half_rate=False)
 
     figures = {
         "spans": spans_total,
         "bytes_per_span": bytes_per_span,
         "parse_only_spans_per_s": baseline,
-        "acknowledged_spans_per_s": ack_rate,
-        "inserted_spans_per_s": durable_rate,
-        "ack_vs_parse_only": ack_rate / baseline,
-        "saturation_p50_ms": sat_p50 * 1000,
-        "saturation_p99_ms": sat_p99 * 1000,
-        "half_rate_p50_ms": half_p50 * 1000,
-        "half_rate_p99_ms": half_p99 * 1000,
-        "collector_peak_rss_mib": rss,
+        "redact_truncate_mb_per_s": clean_mb_s,
+        "redact_truncate_dense_mb_per_s": dense_mb_s,
+        **{f"redaction_on_{k}": v for k, v in on.items()},
+        **{f"redaction_off_{k}": v for k, v in off.items()},
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "collector.json").write_text(json.dumps(figures, indent=2))
+    ack_on, ack_off = on["acknowledged_spans_per_s"], off["acknowledged_spans_per_s"]
     print(
-        f"collector bench ({spans_total} spans, {bytes_per_span:.0f} B/span, {STREAMS} gRPC streams, {TRACES_PER_REQUEST * 9} spans/request)"
+        f"collector bench ({spans_total} spans, {bytes_per_span:.0f} B/span, {STREAMS} gRPC streams, "
+        f"{TRACES_PER_REQUEST * 9} spans/request; afr up with one ingest worker per CPU)"
     )
     print(f"  parse-only baseline (this process)   {baseline:10.0f} spans/s")
     print(
-        f"  acknowledged (durable in the WAL)    {ack_rate:10.0f} spans/s = {ack_rate / baseline:.2f}x baseline; target >= 20,000"
-    )
-    print(f"  inserted into ClickHouse (chDB)      {durable_rate:10.0f} spans/s (send + drain)")
-    print(
-        f"  export latency at saturation         p50 {sat_p50 * 1000:6.0f} ms  p99 {sat_p99 * 1000:6.0f} ms"
+        f"  redact + truncate, in process        {clean_mb_s:10.0f} MB/s (bench corpus), {dense_mb_s:.0f} MB/s (a secret every ~30 bytes)"
     )
     print(
-        f"  export latency at half that rate     p50 {half_p50 * 1000:6.0f} ms  p99 {half_p99 * 1000:6.0f} ms; target p99 < 500 ms"
+        f"  acknowledged, redaction on           {ack_on:10.0f} spans/s = {ack_on / baseline:.2f}x baseline; target >= 20,000"
     )
-    print(f"  collector peak RSS                   {rss:10.0f} MiB")
+    print(
+        f"  acknowledged, redaction off          {ack_off:10.0f} spans/s (on/off = {ack_on / ack_off:.2f})"
+    )
+    print(
+        f"  inserted into ClickHouse (on / off)  {on['inserted_spans_per_s']:10.0f} / {off['inserted_spans_per_s']:.0f} spans/s (send + drain)"
+    )
+    print(
+        f"  export latency at saturation         p50 {on['saturation_p50_ms']:6.0f} ms  p99 {on['saturation_p99_ms']:6.0f} ms"
+    )
+    print(
+        f"  export latency at half that rate     p50 {on['half_rate_p50_ms']:6.0f} ms  p99 {on['half_rate_p99_ms']:6.0f} ms; target p99 < 500 ms"
+    )
+    print(
+        f"  peak RSS: collector {on['collector_peak_rss_mib']:.0f} MiB, ingest workers {on['workers_peak_rss_mib']:.0f} MiB in all"
+    )
     return figures
 
 
