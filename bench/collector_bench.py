@@ -317,6 +317,8 @@ def run_collector(
 
         elapsed, latencies = asyncio.run(_send(requests, grpc_port, key, None))
         figures["acknowledged_spans_per_s"] = spans_total / elapsed
+        health = httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=10).json()
+        figures["backlog_rows_at_end_of_send"] = health["pending_rows"]
         drain = _wait_inserted(http_port, warm_rows + spans_total, 120)
         figures["inserted_spans_per_s"] = spans_total / (elapsed + drain)
         figures["saturation_p50_ms"] = statistics.median(latencies) * 1000
@@ -375,7 +377,8 @@ def main(requests_count: int = 300) -> dict[str, float]:
         f"  acknowledged, redaction off          {ack_off:10.0f} spans/s (on/off = {ack_on / ack_off:.2f})"
     )
     print(
-        f"  inserted into ClickHouse (on / off)  {on['inserted_spans_per_s']:10.0f} / {off['inserted_spans_per_s']:.0f} spans/s (send + drain)"
+        f"  inserted into ClickHouse (on / off)  {on['inserted_spans_per_s']:10.0f} / {off['inserted_spans_per_s']:.0f} spans/s "
+        f"(send + drain); rows waiting for insert when sending ended: {on['backlog_rows_at_end_of_send']:.0f}"
     )
     print(
         f"  export latency at saturation         p50 {on['saturation_p50_ms']:6.0f} ms  p99 {on['saturation_p99_ms']:6.0f} ms"
