@@ -1,0 +1,42 @@
+"""The worker's only way to read runs: the collector's read API, with a project key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+__all__ = ["CollectorClient", "CollectorUnavailable", "RunNotFound"]
+
+
+class RunNotFound(Exception):
+    """The collector has no such run in this key's project (HTTP 404)."""
+
+
+class CollectorUnavailable(Exception):
+    """The collector could not be reached or answered with an error."""
+
+
+class CollectorClient:
+    def __init__(self, base_url: str, key: str | None, *, timeout_s: float = 30.0) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._headers = {"authorization": f"Bearer {key}"} if key else {}
+        self._timeout_s = timeout_s
+
+    async def get_run(self, run_id: str) -> dict[str, Any]:
+        url = f"{self._base_url}/api/v1/runs/{run_id}"
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout_s) as client:
+                response = await client.get(url, headers=self._headers)
+        except httpx.HTTPError as exc:
+            raise CollectorUnavailable(
+                f"collector unreachable at {self._base_url}: {type(exc).__name__}"
+            ) from None
+        if response.status_code == 404:
+            raise RunNotFound(f"run {run_id} not found in the collector")
+        if response.status_code != 200:
+            raise CollectorUnavailable(
+                f"collector answered HTTP {response.status_code} for run {run_id}"
+            )
+        body: dict[str, Any] = response.json()
+        return body

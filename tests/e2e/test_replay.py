@@ -1,0 +1,233 @@
+"""The sacred path through replay: seeded failing run -> collector -> signed hook -> replay
+against a model that gets the amount right -> FAILURE_FIXED, linked replay run, no refund."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from agents import gen_trace_id
+
+import exporter
+from afr.incident import RefundDesk, build_model, failing_script, fixed_script, run_incident
+from afr.scripted_model import ScriptedModelServer
+from replay_worker.app import WorkerThread
+from replay_worker.hooks.signature import generate_secret, sign
+from replay_worker.settings import WorkerSettings
+from tests.fakes import free_port
+from tests.integration.conftest import Running, start_collector
+
+STUB = json.dumps({"status": "refunded", "order_id": "A-1001", "amount": 12.0})
+
+
+@dataclass
+class Stack:
+    running: Running
+    run_id: str
+    desk: RefundDesk
+    secret: str
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    thread, running = start_collector(tmp_path / "data")
+    desk = RefundDesk()
+    trace_id = gen_trace_id()
+    try:
+        with ScriptedModelServer(failing_script()) as model:
+            processor = exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
+            asyncio.run(
+                run_incident(build_model("responses", model.base_url), desk, trace_id=trace_id)
+            )
+            assert processor.force_flush(10)
+        run_id = trace_id.removeprefix("trace_")
+        assert running.run(run_id)["run"]["status"] == "error"
+        yield Stack(running, run_id, desk, generate_secret())
+    finally:
+        thread.stop()
+
+
+def worker_settings(stack: Stack, model_url: str, **overrides: Any) -> WorkerSettings:
+    values: dict[str, Any] = dict(
+        port=0,
+        collector_url=stack.running.http_url,
+        collector_otlp_endpoint=stack.running.grpc_endpoint,
+        collector_key=stack.running.key,
+        webhook_secret=stack.secret,
+        model_base_url=model_url,
+        model_api_key="scripted",
+        model_api="responses",
+    )
+    values.update(overrides)
+    return WorkerSettings(**values)
+
+
+def post_hook(
+    worker: WorkerThread,
+    secret: str,
+    payload: dict[str, Any],
+    webhook_id: str = "msg_1",
+    **header_overrides: str,
+) -> httpx.Response:
+    body = json.dumps(payload).encode()
+    timestamp = int(time.time())
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": webhook_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(secret, webhook_id, timestamp, body),
+        **header_overrides,
+    }
+    return httpx.post(worker.url + "/hooks/replay", content=body, headers=headers, timeout=10)
+
+
+def wait_job(worker: WorkerThread, job_id: str, timeout_s: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = httpx.get(f"{worker.url}/jobs/{job_id}", timeout=10).json()
+        if job["state"] in ("succeeded", "failed"):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def test_signed_hook_replays_the_failing_run_to_failure_fixed(stack: Stack) -> None:
+    with (
+        ScriptedModelServer(fixed_script()) as model,
+        WorkerThread(worker_settings(stack, model.base_url)) as worker,
+    ):
+        answer = post_hook(
+            worker, stack.secret, {"run_id": stack.run_id, "stubs": {"refund_order": STUB}}
+        )
+        assert answer.status_code == 202
+        job = wait_job(worker, answer.json()["job_id"])
+        requests = model.requests
+    assert job["state"] == "succeeded", job
+    result = job["result"]
+    assert result["verdict"] == "FAILURE_FIXED"
+    assert result["first_divergence"] == {
+        "step": 0,
+        "tool": "refund_order",
+        "kind": "different_arguments",
+        "arguments": {"amount": {"source": "12.OO", "replay": 12.0}},
+    }
+    assert [c["outcome"] for c in result["tool_calls"]] == ["replay_stub_output"]
+    assert stack.desk.refunds == [], "the real refund_order never ran"
+    assert requests and all(r.body.get("store") is False for r in requests), (
+        "store=False on every call"
+    )
+    assert job["cost_usd"] > 0
+
+    replay = stack.running.run(result["replay_run_id"])
+    summary = replay["run"]
+    assert summary["kind"] == "replay"
+    assert summary["source_run_id"] == stack.run_id
+    assert summary["status"] == "ok"
+    (root,) = [s for s in replay["spans"] if s["parent_span_id"] == ""]
+    assert [link["trace_id"] for link in root["links"]] == [stack.run_id]
+    assert json.loads(root["attributes"]["afr.trace.metadata"])["afr.verdict"] == "FAILURE_FIXED"
+    names = {s["name"] for s in replay["spans"]}
+    assert {"replay.replay_stub_output", "replay.verdict"} <= names
+    listed = stack.running.api("/api/v1/runs", kind="replay").json()["runs"]
+    assert [r["run_id"] for r in listed] == [result["replay_run_id"]]
+
+
+def test_call_without_captured_output_or_stub_is_a_recorded_divergence(stack: Stack) -> None:
+    with (
+        ScriptedModelServer(fixed_script()) as model,
+        WorkerThread(worker_settings(stack, model.base_url)) as worker,
+    ):
+        answer = post_hook(worker, stack.secret, {"run_id": stack.run_id})
+        job = wait_job(worker, answer.json()["job_id"])
+        tool_messages = [
+            item
+            for request in model.requests
+            for item in request.body.get("input", [])
+            if isinstance(item, dict)
+            and item.get("type") == "function_call_output"
+            and item.get("call_id") == "call_refund_1"
+        ]
+    result = job["result"]
+    assert [d["tool"] for d in result["divergences"]] == ["refund_order"]
+    assert result["final_output"], "the run still completes"
+    assert "unavailable" in tool_messages[-1]["output"], (
+        "the model is told the output is unavailable"
+    )
+    assert stack.desk.refunds == []
+    replay = stack.running.run(result["replay_run_id"])
+    assert any(s["name"] == "replay.divergence" for s in replay["spans"])
+
+
+def test_bad_signatures_do_no_work_and_webhook_ids_are_idempotent(stack: Stack) -> None:
+    with (
+        ScriptedModelServer(fixed_script()) as model,
+        WorkerThread(worker_settings(stack, model.base_url)) as worker,
+    ):
+        payload = {"run_id": stack.run_id, "stubs": {"refund_order": STUB}}
+        assert post_hook(worker, generate_secret(), payload).status_code == 401, "wrong secret"
+        assert (
+            post_hook(
+                worker, stack.secret, payload, **{"webhook-timestamp": str(int(time.time()) - 3600)}
+            ).status_code
+            == 401
+        )
+        assert (
+            post_hook(worker, stack.secret, payload, **{"webhook-signature": "v1,AAAA"}).status_code
+            == 401
+        )
+        unsigned = httpx.post(worker.url + "/hooks/replay", json=payload)
+        assert unsigned.status_code == 401
+        assert stack.secret not in unsigned.text
+        assert model.requests == [], "no replay ran"
+        first = post_hook(worker, stack.secret, payload, webhook_id="msg_same")
+        again = post_hook(worker, stack.secret, payload, webhook_id="msg_same")
+        assert first.json()["job_id"] == again.json()["job_id"]
+        wait_job(worker, first.json()["job_id"])
+        assert (
+            post_hook(worker, stack.secret, {"run": "x"}, webhook_id="msg_bad").status_code == 400
+        )
+        assert httpx.get(worker.url + "/jobs/job_nope").status_code == 404
+
+
+def test_unknown_run_fails_the_job_with_404(stack: Stack) -> None:
+    with (
+        ScriptedModelServer(fixed_script()) as model,
+        WorkerThread(worker_settings(stack, model.base_url)) as worker,
+    ):
+        job = wait_job(
+            worker, post_hook(worker, stack.secret, {"run_id": "f" * 32}).json()["job_id"]
+        )
+    assert job["state"] == "failed"
+    assert job["error"]["status"] == 404
+
+
+def test_collector_unreachable_fails_the_job_with_a_clear_reason(stack: Stack) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    settings = worker_settings(stack, "http://127.0.0.1:9/v1", collector_url=dead)
+    with WorkerThread(settings) as worker:
+        job = wait_job(
+            worker, post_hook(worker, stack.secret, {"run_id": stack.run_id}).json()["job_id"]
+        )
+    assert job["state"] == "failed"
+    assert job["error"]["status"] == 503
+    assert "collector unreachable" in job["error"]["reason"]
+
+
+def test_budget_exhausted_sends_no_request(stack: Stack) -> None:
+    with ScriptedModelServer(fixed_script()) as model:
+        settings = worker_settings(stack, model.base_url, job_budget_usd=0.000001)
+        with WorkerThread(settings) as worker:
+            job = wait_job(
+                worker, post_hook(worker, stack.secret, {"run_id": stack.run_id}).json()["job_id"]
+            )
+        assert model.requests == []
+    assert job["state"] == "failed"
+    assert job["error"]["status"] == 402
+    assert "budget" in job["error"]["reason"]
