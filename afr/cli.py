@@ -65,7 +65,7 @@ def _up(args: argparse.Namespace) -> int:
     import logging
     import signal
 
-    from afr.local import LOCAL_KEY_FILE, ensure_local_key
+    from afr.local import LOCAL_KEY_FILE, WEBHOOK_SECRET_FILE, ensure_local_key
     from collector.server import Collector, tune_gc_for_ingest
 
     tune_gc_for_ingest()
@@ -76,6 +76,11 @@ def _up(args: argparse.Namespace) -> int:
         collector = Collector(settings)
         await collector.start()
         created = ensure_local_key(collector.keys, settings.data_dir)
+        worker_server = None
+        if not args.no_worker:
+            worker, worker_server, worker_task, worker_port = await _start_worker(
+                settings, collector
+            )
         print(f"afr collector up (store {settings.store_dsn.split('@')[-1]})")
         print(f"  OTLP/gRPC  http://{settings.grpc_host}:{collector.grpc_port}")
         print(f"  OTLP/HTTP  http://{settings.http_host}:{collector.http_port}/v1/traces")
@@ -84,6 +89,11 @@ def _up(args: argparse.Namespace) -> int:
             print(
                 f"  created project 'local'; its key (...{created[-4:]}) is in "
                 f"{settings.data_dir / LOCAL_KEY_FILE} (mode 0600)"
+            )
+        if worker_server is not None:
+            print(f"  replay hook http://{worker.settings.host}:{worker_port}/hooks/replay")
+            print(
+                f"    (signing secret in {settings.data_dir / WEBHOOK_SECRET_FILE}; try: afr replay <run id>)"
             )
         if collector.recovered_rows:
             print(
@@ -95,9 +105,83 @@ def _up(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+        if worker_server is not None:
+            worker_server.should_exit = True
+            await worker_task
         await collector.stop()
 
     asyncio.run(serve())
+    return 0
+
+
+async def _start_worker(settings: Any, collector: Any) -> tuple[Any, Any, Any, int]:
+    """The replay worker next to the collector, wired to it over loopback."""
+    from afr.local import ensure_webhook_secret, read_local_key
+    from replay_worker.app import ReplayWorker
+    from replay_worker.settings import WorkerSettings
+
+    overrides: dict[str, Any] = {
+        "collector_url": f"http://127.0.0.1:{collector.http_port}",
+        "collector_otlp_endpoint": f"http://127.0.0.1:{collector.grpc_port}",
+    }
+    if "AFR_WORKER_COLLECTOR_KEY" not in os.environ:
+        overrides["collector_key"] = read_local_key(settings.data_dir)
+    if "AFR_WORKER_WEBHOOK_SECRET" not in os.environ:
+        overrides["webhook_secret"] = ensure_webhook_secret(settings.data_dir)
+    worker = ReplayWorker(WorkerSettings(**overrides))
+    server, task, port = await worker.serve()
+    return worker, server, task, port
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from replay_worker.app import ReplayWorker
+    from replay_worker.settings import WorkerSettings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    async def serve() -> None:
+        worker = ReplayWorker(WorkerSettings())
+        server, task, port = await worker.serve()
+        print(f"afr replay worker up: POST http://{worker.settings.host}:{port}/hooks/replay")
+        sys.stdout.flush()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+        await task
+
+    asyncio.run(serve())
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import json
+
+    from afr.local import WEBHOOK_SECRET_FILE
+    from collector.settings import CollectorSettings
+    from replay_worker.trigger import request_replay, wait_for_job
+
+    secret = os.environ.get("AFR_WORKER_WEBHOOK_SECRET")
+    if not secret:
+        path = (args.data_dir or CollectorSettings().data_dir) / WEBHOOK_SECRET_FILE
+        if not path.exists():
+            print(f"afr replay: no AFR_WORKER_WEBHOOK_SECRET and no {path}", file=sys.stderr)
+            return 2
+        secret = path.read_text().strip()
+    stubs = dict(item.split("=", 1) for item in args.stub)
+    try:
+        accepted = request_replay(args.worker, secret, args.run_id, model=args.model, stubs=stubs)
+    except Exception as exc:
+        print(f"afr replay: {exc}", file=sys.stderr)
+        return 1
+    job = wait_for_job(args.worker, accepted["job_id"], args.timeout_s)
+    print(json.dumps(job, indent=2))
+    if job["state"] != "succeeded":
+        return 1
+    result = job["result"]
+    print(f"verdict {result['verdict']}; replay run {result['replay_run_id']}", file=sys.stderr)
     return 0
 
 
@@ -163,7 +247,26 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--grpc-host")
     up.add_argument("--http-host")
     up.add_argument("--no-auth", action="store_true", help="store everything as project 'default'")
+    up.add_argument("--no-worker", action="store_true", help="do not start the replay worker")
     up.set_defaults(func=_up)
+
+    worker = commands.add_parser(
+        "worker", help="run the replay worker alone (AFR_WORKER_* settings)"
+    )
+    worker.set_defaults(func=_worker)
+
+    replay = commands.add_parser(
+        "replay", help="replay a run through the worker and print the verdict"
+    )
+    replay.add_argument("run_id")
+    replay.add_argument("--worker", default="http://127.0.0.1:8787")
+    replay.add_argument("--model", help="model to replay against (default: the run's)")
+    replay.add_argument(
+        "--stub", action="append", default=[], help="tool=output: replay_stub_output for a tool"
+    )
+    replay.add_argument("--timeout-s", type=float, default=300)
+    collector_flags(replay)
+    replay.set_defaults(func=_replay)
 
     keys = commands.add_parser("keys", help="manage project API keys")
     keys_commands = keys.add_subparsers(dest="keys_command", required=True)

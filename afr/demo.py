@@ -1,9 +1,11 @@
 """``afr demo``: walks the sacred path as far as it is built, and says what happened.
 
 Built so far: the seeded failing run (real ``Runner``, scripted model) -> the bridge ->
-OTLP/gRPC -> the collector (auth, normalize, write-ahead log) -> embedded ClickHouse ->
-the read API. The run is printed as the span tree the API returns, with the red tool span
-marked; the Grafana timeline will show the same once the dashboards land.
+OTLP/gRPC -> the collector (auth, redact, normalize, write-ahead log) -> embedded
+ClickHouse -> the read API -> a signed replay hook -> the replay worker (tools stubbed,
+cost bounded) -> verdict -> the replay run, linked to its source, back in the store. The
+run is printed as the span tree the API returns, with the red tool span marked; the
+Grafana timeline will show the same once the dashboards land.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import httpx
 from agents import gen_trace_id
 
 import exporter
-from afr.incident import RefundDesk, build_model, failing_script, run_incident
-from afr.local import LOCAL_KEY_FILE, ensure_local_key, read_local_key
+from afr.incident import RefundDesk, build_model, failing_script, fixed_script, run_incident
+from afr.local import LOCAL_KEY_FILE, ensure_local_key, ensure_webhook_secret, read_local_key
 from afr.scripted_model import ScriptedModelServer
 from collector.server import CollectorThread
 from collector.settings import CollectorSettings
+from replay_worker.app import WorkerThread
+from replay_worker.settings import WorkerSettings
+from replay_worker.trigger import request_replay, wait_for_job
 
 __all__ = ["DEMO_DATA_DIR", "run_demo"]
 
@@ -98,13 +103,62 @@ def run_demo(data_dir: Path = DEMO_DATA_DIR) -> int:
         print(f"   tool {failing['tool_name']} call {failing['tool_call_id']}")
         print(f"   arguments {json.loads(failing['input'])}")
         print(f"   error.type {failing['error_type']!r}")
+        if _replay(collector, key, data_dir, run_id, desk) != 0:
+            return 1
     print("where to look:")
     print(
         f"   .venv/bin/afr up --data-dir {data_dir}   (then, with the key in {data_dir / LOCAL_KEY_FILE}:)"
     )
     print(f"   curl -H 'authorization: Bearer <key>' http://127.0.0.1:4318/api/v1/runs/{run_id}")
     print(
-        "not built yet: Grafana dashboards, replay + verdict, evals, nightly sweep "
-        "(see the open issues)"
+        f"   .venv/bin/afr replay {run_id} --stub 'refund_order={REFUND_STUB}'   (with afr up running)"
+    )
+    print(
+        "not built yet: Grafana dashboards, evals from fixed replays, nightly sweep (see the open issues)"
+    )
+    return 0
+
+
+REFUND_STUB = json.dumps({"status": "refunded", "order_id": "A-1001", "amount": 12.0})
+
+
+def _replay(collector: Any, key: str, data_dir: Path, run_id: str, desk: RefundDesk) -> int:
+    """Signed hook -> replay against a model that gets the amount right -> verdict."""
+    secret = ensure_webhook_secret(data_dir)
+    with ScriptedModelServer(fixed_script()) as model:
+        settings = WorkerSettings(
+            port=0,
+            collector_url=f"http://127.0.0.1:{collector.http_port}",
+            collector_otlp_endpoint=f"http://127.0.0.1:{collector.grpc_port}",
+            collector_key=key,
+            webhook_secret=secret,
+            model_base_url=model.base_url,
+            model_api_key="scripted-no-key",
+        )
+        with WorkerThread(settings) as worker:
+            print("5. signed POST /hooks/replay: replay against a model that sends amount=12.0,")
+            print(
+                "   every captured tool output stubbed in (refund_order has none: a labelled stub)"
+            )
+            accepted = request_replay(
+                worker.url, secret, run_id, stubs={"refund_order": REFUND_STUB}
+            )
+            job = wait_for_job(worker.url, accepted["job_id"], 120)
+    if job["state"] != "succeeded":
+        print(f"   replay job failed: {job['error']}")
+        return 1
+    result = job["result"]
+    print(f"   verdict {result['verdict']} (cost reserved and settled: ${job['cost_usd']:.6f})")
+    print(f"   first divergence: {result['first_divergence']}")
+    print(f"   refunds actually made, still: {len(desk.refunds)}")
+    collector.flush()
+    replay = httpx.get(
+        f"http://127.0.0.1:{collector.http_port}/api/v1/runs/{result['replay_run_id']}",
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    ).json()["run"]
+    print(
+        f"6. replay run {result['replay_run_id']} stored: kind {replay['kind']}, status {replay['status']}, "
+        f"linked to source {replay['source_run_id']}"
     )
     return 0

@@ -297,6 +297,7 @@ def run_collector(
         "-m",
         "afr.cli",
         "up",
+        "--no-worker",
         "--grpc-port",
         str(grpc_port),
         "--http-port",

@@ -22,7 +22,12 @@ def test_demo_walks_the_seeded_failing_run(
     assert "execute_tool refund_order [tool" in out
     assert "<-- ERROR Error running tool (non-fatal)" in out
     assert "{'order_id': 'A-1001', 'amount': '12.OO'}" in out
+    assert "verdict FAILURE_FIXED" in out
+    assert "'amount': {'source': '12.OO', 'replay': 12.0}" in out
+    assert "refunds actually made, still: 0" in out
+    assert "kind replay, status ok, linked to source" in out
     assert (tmp_path / "demo" / "local-project.key").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "demo" / "webhook.secret").stat().st_mode & 0o777 == 0o600
 
 
 def test_afr_seed_exports_the_incident_to_a_collector(capsys: pytest.CaptureFixture[str]) -> None:

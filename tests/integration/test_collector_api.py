@@ -196,6 +196,7 @@ def test_restart_between_acknowledgement_and_insert_loses_nothing(tmp_path: Path
         "-m",
         "afr.cli",
         "up",
+        "--no-worker",
         "--grpc-port",
         str(grpc_port),
         "--http-port",

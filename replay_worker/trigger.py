@@ -1,0 +1,59 @@
+"""Client side of the replay hook: what ``afr replay RUN_ID`` and CI scripts use."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+import httpx
+
+from replay_worker.hooks.signature import sign
+
+__all__ = ["request_replay", "wait_for_job"]
+
+
+def request_replay(
+    worker_url: str,
+    secret: str,
+    run_id: str,
+    *,
+    model: str | None = None,
+    stubs: dict[str, str] | None = None,
+    timeout_s: float = 10,
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {"run_id": run_id}
+    if model:
+        payload["model"] = model
+    if stubs:
+        payload["stubs"] = stubs
+    body = json.dumps(payload).encode()
+    webhook_id = "msg_" + secrets.token_hex(12)
+    timestamp = int(time.time())
+    headers = {
+        "content-type": "application/json",
+        "webhook-id": webhook_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(secret, webhook_id, timestamp, body),
+    }
+    response = httpx.post(
+        worker_url.rstrip("/") + "/hooks/replay", content=body, headers=headers, timeout=timeout_s
+    )
+    if response.status_code != 202:
+        raise RuntimeError(
+            f"the worker refused the replay: HTTP {response.status_code} {response.text}"
+        )
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def wait_for_job(worker_url: str, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        job: dict[str, Any] = httpx.get(
+            f"{worker_url.rstrip('/')}/jobs/{job_id}", timeout=10
+        ).json()
+        if job["state"] in ("succeeded", "failed") or time.monotonic() > deadline:
+            return job
+        time.sleep(0.2)
