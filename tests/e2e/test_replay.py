@@ -231,3 +231,49 @@ def test_budget_exhausted_sends_no_request(stack: Stack) -> None:
     assert job["state"] == "failed"
     assert job["error"]["status"] == 402
     assert "budget" in job["error"]["reason"]
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_fixture_from_a_stored_run_has_what_a_replay_needs(stack: Stack, api: str) -> None:
+    from replay_worker.client import CollectorClient
+    from replay_worker.replay.fixture import Fixture, build_fixture
+
+    run_id = stack.run_id
+    if api == "chat":
+        trace_id = gen_trace_id()
+        with ScriptedModelServer(failing_script()) as model:
+            processor = exporter.install(
+                endpoint=stack.running.grpc_endpoint, headers=stack.running.headers()
+            )
+            asyncio.run(run_incident(build_model("chat", model.base_url), trace_id=trace_id))
+            assert processor.force_flush(10)
+        run_id = trace_id.removeprefix("trace_")
+        stack.running.run(run_id)
+    run = asyncio.run(CollectorClient(stack.running.http_url, stack.running.key).get_run(run_id))
+    fixture = build_fixture(run)
+    assert fixture.source_status == "error"
+    assert fixture.input.startswith("I was charged twice")
+    assert fixture.entry_agent == "Triage Agent"
+    triage, refund = fixture.agents["Triage Agent"], fixture.agents["Refund Agent"]
+    assert triage.handoffs == ["Refund Agent"]
+    assert triage.instructions is not None and triage.instructions.startswith(
+        "You are the triage agent"
+    )
+    assert refund.model == "gpt-4.1-mini"
+    (tool,) = refund.tools
+    assert tool["name"] == "refund_order"
+    assert tool["parameters"]["properties"]["amount"]["type"] == "number"
+    (call,) = fixture.tool_calls
+    assert (call.tool, call.call_id, call.output, call.agent) == (
+        "refund_order",
+        "call_refund_1",
+        None,
+        "Refund Agent",
+    )
+    assert json.loads(call.arguments)["amount"] == "12.OO"
+    assert fixture.guardrails == [
+        {"name": "abuse_screen", "agent": "Triage Agent", "triggered": False}
+    ]
+    document = json.loads(json.dumps(fixture.to_json()))
+    assert document["version"] == "afr.fixture/1"
+    assert Fixture.from_json(document) == fixture
