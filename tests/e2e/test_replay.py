@@ -277,3 +277,35 @@ def test_fixture_from_a_stored_run_has_what_a_replay_needs(stack: Stack, api: st
     document = json.loads(json.dumps(fixture.to_json()))
     assert document["version"] == "afr.fixture/1"
     assert Fixture.from_json(document) == fixture
+
+
+def test_chat_completions_and_a_model_chosen_per_request(stack: Stack) -> None:
+    with ScriptedModelServer(fixed_script()) as model:
+        settings = worker_settings(stack, model.base_url, model_api="chat")
+        with WorkerThread(settings) as worker:
+            payload = {"run_id": stack.run_id, "model": "gpt-4.1", "stubs": {"refund_order": STUB}}
+            job = wait_job(worker, post_hook(worker, stack.secret, payload).json()["job_id"])
+        requests = model.requests
+    assert job["result"]["verdict"] == "FAILURE_FIXED"
+    assert {r.path for r in requests} == {"/v1/chat/completions"}
+    assert {r.body["model"] for r in requests} == {"gpt-4.1"}
+    assert all(r.body.get("store") is False for r in requests)
+
+
+def test_afr_replay_command_prints_the_verdict(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from afr.cli import main
+
+    monkeypatch.setenv("AFR_WORKER_WEBHOOK_SECRET", stack.secret)
+    with (
+        ScriptedModelServer(fixed_script()) as model,
+        WorkerThread(worker_settings(stack, model.base_url)) as worker,
+    ):
+        code = main(
+            ["replay", stack.run_id, "--worker", worker.url, "--stub", f"refund_order={STUB}"]
+        )
+    captured = capsys.readouterr()
+    assert code == 0
+    assert json.loads(captured.out)["result"]["verdict"] == "FAILURE_FIXED"
+    assert "verdict FAILURE_FIXED" in captured.err
