@@ -44,11 +44,17 @@ _KEY_HINT_WORDS = (
 )  # fmt: skip
 _SEPARATOR = "\x00"
 _PSEUDONYM_CACHE = 16_384
-_JSON_OPENERS = ("{", "[")
 _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
 _SCAN, _SECRET, _ALLOWED, _SCAN_KEY = range(4)  # how a map key's value is treated
-# (where, owner, key or attribute name, text): owner[key] = redacted, or setattr on a span.
+# (label prefix, owner, key or attribute name, text): owner[key] = redacted, or setattr on a
+# span. The provenance label is only built for a segment that is processed.
 _Slot = tuple[str, Any, Any, str]
+_FIELD_LABELS = {
+    "span_name": "name",
+    "status_message": "status",
+    "service_name": "service",
+    "scope_name": "scope",
+}
 
 
 @dataclass
@@ -84,7 +90,10 @@ class Redactor:
         # secret whatever its value looks like. It only selects segments for a closer look;
         # replacements use the detectors alone (self._pattern).
         json_key = rf'(?P<json_sensitive_key>"[^"\x00]*(?i:{key_words})[^"\x00]*"\s*:)'
-        self._scan = re2.compile(self._pattern.pattern + "|" + json_key)
+        # And an escaped character, which could hide a value from the raw scan: such JSON is
+        # decoded and walked.
+        json_escape = r"(?P<json_escape>\\u[0-9a-fA-F]{4})"
+        self._scan = re2.compile(self._pattern.pattern + "|" + json_key + "|" + json_escape)
         self._key_classes: dict[str, int] = {}
         # A conversation repeats the same address or card in many messages: HMAC each once.
         self._pseudonyms: dict[tuple[str, str], str] = {}
@@ -127,14 +136,14 @@ class Redactor:
 
         # Everything else of the span: one segment list, one scan.
         slots: list[_Slot] = [
-            ("name", record, "span_name", record.span_name),
-            ("status", record, "status_message", record.status_message),
-            ("input", record, "input", record.input),
-            ("output", record, "output", record.output),
-            ("service", record, "service_name", record.service_name),
-            ("scope", record, "scope_name", record.scope_name),
-            ("scope_version", record, "scope_version", record.scope_version),
-            ("trace_state", record, "trace_state", record.trace_state),
+            ("", record, "span_name", record.span_name),
+            ("", record, "status_message", record.status_message),
+            ("", record, "input", record.input),
+            ("", record, "output", record.output),
+            ("", record, "service_name", record.service_name),
+            ("", record, "scope_name", record.scope_name),
+            ("", record, "scope_version", record.scope_version),
+            ("", record, "trace_state", record.trace_state),
         ]
         self._map_slots("attr.", record.span_attributes, slots, fired)
         if record.body_attributes:
@@ -149,30 +158,31 @@ class Redactor:
             record.redactions = record.redactions + fired
 
     # --- internals -----------------------------------------------------------------------
-    def _key_class(self, key: str) -> int:
-        known = self._key_classes.get(key)
-        if known is None:
-            if key in self.config.allow_keys:
-                known = _ALLOWED
-            elif is_sensitive_key(key, self._extra_keys):
-                known = _SECRET
-            elif len(key) >= _MIN_SCAN_CHARS and self._pattern.search(key):
-                known = _SCAN_KEY
-            else:
-                known = _SCAN
-            if len(self._key_classes) > 65_536:
-                self._key_classes.clear()
-            self._key_classes[key] = known
+    def _classify_key(self, key: str) -> int:
+        if key in self.config.allow_keys:
+            known = _ALLOWED
+        elif is_sensitive_key(key, self._extra_keys):
+            known = _SECRET
+        elif len(key) >= _MIN_SCAN_CHARS and self._pattern.search(key):
+            known = _SCAN_KEY
+        else:
+            known = _SCAN
+        if len(self._key_classes) > 65_536:
+            self._key_classes.clear()
+        self._key_classes[key] = known
         return known
 
     def _map_slots(
         self, prefix: str, mapping: dict[str, str], slots: list[_Slot], fired: list[str]
     ) -> None:
         renamed: list[str] = []
+        classes = self._key_classes
         for key, value in mapping.items():
-            kind = self._key_class(key)
+            kind = classes.get(key)
+            if kind is None:
+                kind = self._classify_key(key)
             if kind == _SCAN:
-                slots.append((prefix + key, mapping, key, value))
+                slots.append((prefix, mapping, key, value))
             elif kind == _SECRET:
                 if value and value not in self.config.allow_values:
                     mapping[key] = self.pseudonym("secret", value)
@@ -184,7 +194,7 @@ class Redactor:
             redacted = self._redact_text(key, f"{prefix}<key>", fired)
             value = mapping.pop(key)
             mapping[redacted] = value
-            slots.append((prefix + redacted, mapping, redacted, value))
+            slots.append((prefix, mapping, redacted, value))
 
     def _scan_slots(self, slots: list[_Slot], fired: list[str]) -> None:
         texts = [slot[3] for slot in slots]
@@ -194,24 +204,28 @@ class Redactor:
                 self._process(slot, fired)
             return
         first = self._scan.search(joined) if len(joined) >= _MIN_SCAN_CHARS else None
-        # Escaped characters could hide a value from the raw scan: decode that JSON first.
-        escaped = [i for i, text in enumerate(texts) if text[:1] in _JSON_OPENERS and "\\u" in text]
-        if first is None and not escaped:
+        if first is None:
             return
-        touched = set(escaped)
-        if first is not None:
-            starts: list[int] = []
-            offset = 0
-            for text in texts:
-                starts.append(offset)
-                offset += len(text) + 1
-            for match in self._scan.finditer(joined, first.start()):
-                touched.add(bisect_right(starts, match.start()) - 1)
+        starts: list[int] = []
+        offset = 0
+        for text in texts:
+            starts.append(offset)
+            offset += len(text) + 1
+        touched = {
+            bisect_right(starts, m.start()) - 1 for m in self._scan.finditer(joined, first.start())
+        }
         for index in sorted(touched):
             self._process(slots[index], fired)
 
     def _process(self, slot: _Slot, fired: list[str]) -> None:
-        where, target, key, text = slot
+        prefix, target, key, text = slot
+        where: str
+        if isinstance(key, int):
+            where = prefix
+        elif prefix:
+            where = prefix + str(key)
+        else:
+            where = _FIELD_LABELS.get(str(key), str(key))
         try:
             if len(text) > self.config.max_scan_bytes:
                 raise _Unprocessable("too large to scan")
