@@ -66,13 +66,18 @@ def decode_json(raw: bytes) -> ExportTraceServiceRequest:
         document = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidRequest(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidRequest("body is not OTLP/JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise InvalidRequest("body is not an OTLP/JSON object")
-    _hex_ids_to_base64(document)
+    try:
+        _hex_ids_to_base64(document)
+    except RecursionError:
+        raise InvalidRequest("body is not OTLP/JSON: nested too deeply") from None
     request = ExportTraceServiceRequest()
     try:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except (json_format.ParseError, binascii.Error, ValueError, TypeError) as exc:
+    except (json_format.ParseError, binascii.Error, ValueError, TypeError, RecursionError) as exc:
         message = str(exc).replace("\n", " ")[:300]
         raise InvalidRequest(
             f"body is not an OTLP/JSON ExportTraceServiceRequest: {message}"
@@ -120,8 +125,17 @@ def _attributes(key_values: Any) -> dict[str, str]:
     return out
 
 
+# Start times the store can hold and the row encoding can express exactly: from 2001-09-09
+# (ten-digit unix seconds) to the end of DateTime64(9) in 2262. Anything else is a broken
+# clock or a missing field, and is rejected on its own instead of poisoning a batch.
+MIN_TIME_NS = 1_000_000_000 * 1_000_000_000
+MAX_TIME_NS = 9_214_646_400 * 1_000_000_000  # 2262-01-01
+
+
 def _bad_ids(span: Any) -> str | None:
     trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
+    if not MIN_TIME_NS <= span.start_time_unix_nano < MAX_TIME_NS:
+        return "start_time_unix_nano is missing or out of range"
     if len(trace_id) != 16 or not any(trace_id):
         return "trace_id must be 16 non-zero bytes"
     if len(span_id) != 8 or not any(span_id):
@@ -129,6 +143,10 @@ def _bad_ids(span: Any) -> str | None:
     if len(parent) not in (0, 8):
         return "parent_span_id must be empty or 8 bytes"
     return None
+
+
+def _clamp(stamp: int, fallback: int) -> int:
+    return stamp if MIN_TIME_NS <= stamp < MAX_TIME_NS else fallback
 
 
 def to_records(
@@ -155,7 +173,7 @@ def to_records(
                     first_reason = first_reason or reason
                     continue
                 start = span.start_time_unix_nano
-                end = span.end_time_unix_nano
+                end = min(span.end_time_unix_nano, MAX_TIME_NS - 1)
                 events = span.events
                 links = span.links
                 kind = span.kind
@@ -180,7 +198,9 @@ def to_records(
                         duration_ns=end - start if end > start else 0,
                         status_code=_STATUS_CODES[code] if 0 <= code < 3 else "Unset",
                         status_message=span.status.message,
-                        event_timestamps=[e.time_unix_nano for e in events] if events else [],
+                        event_timestamps=[_clamp(e.time_unix_nano, start) for e in events]
+                        if events
+                        else [],
                         event_names=[e.name for e in events] if events else [],
                         event_attributes=[_attributes(e.attributes) for e in events]
                         if events

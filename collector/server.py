@@ -127,6 +127,7 @@ class Collector:
                 "wal_bytes": self.wal.unreleased_bytes,
                 "pending_rows": self.wal.ready_rows,
                 "inserted_rows": self.writer.inserted_rows,
+                "dead_lettered_rows": self.writer.dead_lettered_rows,
             }
             return JSONResponse(body, status_code=200 if self.writer.healthy else 503)
 

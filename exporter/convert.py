@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -284,7 +285,7 @@ class SpanConverter:
         if not self._capture_content:
             draft.put(sc.AFR_CONTENT_CAPTURED, False)
 
-        end = iso_to_ns(span.ended_at) or iso_to_ns(span.started_at) or 0
+        end = iso_to_ns(span.ended_at) or iso_to_ns(span.started_at) or time.time_ns()
         start = iso_to_ns(span.started_at) or end
         self._open(span.trace_id).widen(start, end)
 

@@ -213,13 +213,20 @@ class FlakyStore:
         self.failing = False
         self.failed_inserts = 0
 
+    poison: bytes | None = None
+    """Rows containing this are refused as bad data while the store stays up."""
+
     def insert_rows(self, payload: bytes) -> None:
         if self.failing:
             self.failed_inserts += 1
             raise ConnectionError("store is down (test)")
+        if self.poison is not None and self.poison in payload:
+            raise ValueError("Cannot parse input (test)")
         self.inner.insert_rows(payload)
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        if self.failing and sql == "SELECT 1":
+            raise ConnectionError("store is down (test)")
         result: list[tuple[Any, ...]] = self.inner.query(sql, parameters)
         return result
 

@@ -73,12 +73,15 @@ _CONTRIB_PLACEHOLDER_AGENT = "OpenAI Agent"
 _HANDOFF_TOOL_PREFIX = "transfer_to_"
 
 
+_UINT64_MAX = 2**64 - 1
+
+
 def _int(value: str | None) -> int:
     if not value:
         return 0
     try:
-        return max(0, int(float(value)))
-    except ValueError:
+        return min(_UINT64_MAX, max(0, int(float(value))))
+    except (ValueError, OverflowError):
         return 0
 
 
@@ -214,7 +217,7 @@ def _logfire(record: SpanRecord) -> None:
         try:
             parsed = json.loads(error)
             record.error_type = str(parsed.get("message", "")) if isinstance(parsed, dict) else ""
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             record.error_type = ""
 
 

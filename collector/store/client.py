@@ -77,6 +77,8 @@ class ClickHouseStore:
                 list(COLUMN_NAMES),
                 insert_block=payload,
                 fmt=ROW_FORMAT,
+                # A batch may span many days (late or replayed data): one insert, many parts.
+                settings={"max_partitions_per_insert_block": 0},
             )
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:

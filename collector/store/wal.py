@@ -15,6 +15,7 @@ crash during a write that was therefore never acknowledged) ends the segment.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 import os
@@ -81,6 +82,7 @@ class WriteAheadLog:
         self._segments_in_ready: list[int] = []
         self._unreleased_bytes = 0
         self._segment_number = 0
+        self._segment_dirty = False
         self._file: BinaryIO = _CLOSED
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -169,10 +171,24 @@ class WriteAheadLog:
             self._unreleased_bytes = max(0, self._unreleased_bytes - freed)
 
     def _rotate_locked(self) -> None:
+        if not self._segment_dirty:
+            return  # nothing written since the last rotation: no empty segment files
         self._file.close()
         self._segments_in_ready.append(self._segment_number)
         self._segment_number += 1
         self._file = _segment_path(self._dir, self._segment_number).open("ab")
+        self._segment_dirty = False
+
+    def dead_letter(self, rows: bytes) -> Path:
+        """Rows the store refuses for good (not a store outage): kept, fsynced, out of the
+        way. They are already redacted; an operator can inspect and re-insert them."""
+        path = self._dir / "dead-letter.jsonl"
+        with path.open("ab") as handle:
+            handle.write(rows if rows.endswith(b"\n") else rows + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        path.chmod(0o600)
+        return path
 
     # --- group commit --------------------------------------------------------------------
     def _flush_loop(self) -> None:
@@ -194,10 +210,13 @@ class WriteAheadLog:
                     self._file.flush()
                     if self._fsync:
                         os.fsync(self._file.fileno())
+                    self._segment_dirty = True
                 except OSError as exc:
                     error = exc
                     logger.error("write-ahead log write failed: %s", exc.strerror)
                 with self._lock:
+                    if error is not None:
+                        self._recover_from_write_error()
                     if error is None:
                         for _, batch, _, _ in pending:
                             self._ready.append(batch)
@@ -210,6 +229,19 @@ class WriteAheadLog:
                 if error is not None:
                     failure = StoreUnavailable("write-ahead log write failed", self._retry_after_s)
                 loop.call_soon_threadsafe(_resolve, future, failure)
+
+    def _recover_from_write_error(self) -> None:
+        # A failed write may leave a torn record mid-segment, which would hide every later
+        # record of that segment from recovery: continue in a fresh segment.
+        with contextlib.suppress(OSError):
+            self._file.close()
+        self._segments_in_ready.append(self._segment_number)
+        self._segment_number += 1
+        try:
+            self._file = _segment_path(self._dir, self._segment_number).open("ab")
+        except OSError:
+            logger.error("write-ahead log cannot open a new segment")
+        self._segment_dirty = False
 
     def close(self) -> None:
         with self._lock:

@@ -35,6 +35,7 @@ class BatchWriter:
         self._thread = threading.Thread(target=self._run, name="afr-writer", daemon=True)
         self.inserted_rows = 0
         self.failed_inserts = 0
+        self.dead_lettered_rows = 0
         self.healthy = True
         self.last_error = ""
 
@@ -79,14 +80,54 @@ class BatchWriter:
         try:
             self._store.insert_rows(b"".join(b.payload for b in batches))
         except Exception as exc:
-            self._wal.give_back(batches, segments)
             self.failed_inserts += 1
-            self.healthy = False
             self.last_error = type(exc).__name__
-            logger.error("insert of %d spans failed (%s); will retry", rows, type(exc).__name__)
-            return False
+            if not self._store_answers():
+                self._wal.give_back(batches, segments)
+                self.healthy = False
+                logger.error(
+                    "insert of %d spans failed (%s); store down, will retry", rows, self.last_error
+                )
+                return False
+            # The store is up but refuses this data: find the rows it refuses, insert the rest.
+            logger.error(
+                "the store refused a batch of %d spans (%s); isolating bad rows",
+                rows,
+                self.last_error,
+            )
+            self._insert_isolating(b"".join(b.payload for b in batches))
         self._wal.release(batches, segments)
         self.inserted_rows += rows
         self.healthy = True
         self.last_error = ""
         return True
+
+    def _store_answers(self) -> bool:
+        try:
+            self._store.query("SELECT 1")
+        except Exception:
+            return False
+        return True
+
+    def _insert_isolating(self, payload: bytes) -> None:
+        """Bisects ``payload`` (one row per line) until every row is inserted or, alone,
+        refused; refused rows go to the dead-letter file, never back into the log."""
+        lines = payload.splitlines(keepends=True)
+        pending = [lines]
+        while pending:
+            chunk = pending.pop()
+            try:
+                self._store.insert_rows(b"".join(chunk))
+            except Exception:
+                if len(chunk) == 1:
+                    self._wal.dead_letter(chunk[0])
+                    self.dead_lettered_rows += 1
+                    self.inserted_rows -= 1
+                    continue
+                middle = len(chunk) // 2
+                pending += [chunk[:middle], chunk[middle:]]
+        if self.dead_lettered_rows:
+            logger.error(
+                "%d spans refused by the store are kept in the dead-letter file",
+                self.dead_lettered_rows,
+            )

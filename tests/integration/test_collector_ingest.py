@@ -365,6 +365,10 @@ def test_store_down_acknowledged_spans_arrive_after_recovery(running: Running) -
     code, _, _ = _grpc_export(running, request)
     assert code == grpc.StatusCode.OK, "durable in the write-ahead log, so acknowledged"
     assert not running.collector.flush()
+    for _ in range(5):
+        assert not running.collector.flush(), "retried, still failing"
+    segments = list((running.settings.data_dir / "wal").glob("segment-*.wal"))
+    assert len(segments) <= 2, "retries do not pile up empty log segments"
     health = httpx.get(running.http_url + "/healthz")
     assert health.status_code == 503
     assert health.json()["pending_rows"] == 1
@@ -458,3 +462,90 @@ def test_oversize_requests_are_refused(tmp_path: Any) -> None:
         assert code == grpc.StatusCode.OK, "the collector still serves after refusing"
     finally:
         thread.stop()
+
+
+def test_spans_without_a_usable_start_time_are_rejected_alone(running: Running) -> None:
+    no_start = trace_pb2.Span(
+        trace_id=TRACE, span_id=bytes.fromhex("abababababababab"), name="no start"
+    )
+    ancient = _span(TRACE, bytes.fromhex("cdcdcdcdcdcdcdcd"), "1970")
+    ancient.start_time_unix_nano = 5
+    good = _span(TRACE, bytes.fromhex("efefefefefefefef"), "good")
+    good.events.append(trace_pb2.Span.Event(name="no time"))  # an event without a time is clamped
+    code, response, _ = _grpc_export(running, _request(no_start, ancient, good))
+    assert code == grpc.StatusCode.OK
+    assert response.partial_success.rejected_spans == 2
+    assert "start_time" in response.partial_success.error_message
+    (stored,) = running.run(TRACE.hex())["spans"]
+    assert stored["name"] == "good"
+    assert stored["events"][0]["time_unix_nano"] == stored["start_time_unix_nano"]
+
+
+def test_rows_the_store_refuses_are_dead_lettered_and_the_rest_still_flow(
+    running: Running, tmp_path: Any
+) -> None:
+    running.store.poison = b"poison-row"
+    request = _request(
+        _span(TRACE, bytes.fromhex("1010101010101010"), "fine one"),
+        _span(TRACE, bytes.fromhex("2020202020202020"), "poison-row"),
+        _span(TRACE, bytes.fromhex("3030303030303030"), "fine two"),
+    )
+    code, _, _ = _grpc_export(running, request)
+    assert code == grpc.StatusCode.OK
+    assert running.collector.flush()
+    names = {s["name"] for s in running.run(TRACE.hex())["spans"]}
+    assert names == {"fine one", "fine two"}
+    health = httpx.get(running.http_url + "/healthz").json()
+    assert health["dead_lettered_rows"] == 1
+    assert health["store"] == "ok"
+    dead = (running.settings.data_dir / "wal" / "dead-letter.jsonl").read_text()
+    assert "poison-row" in dead
+    later = _request(_span(TRACE, bytes.fromhex("4040404040404040"), "after"))
+    assert _grpc_export(running, later)[0] == grpc.StatusCode.OK
+    assert "after" in {s["name"] for s in running.run(TRACE.hex())["spans"]}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"a":' * 100_000,
+        json.dumps(
+            {
+                "resourceSpans": [
+                    {
+                        "scopeSpans": [
+                            {
+                                "spans": [
+                                    {
+                                        "traceId": "0af7651916cd43dd8448eb211c80319c",
+                                        "spanId": "b7ad6b7169203331",
+                                        "startTimeUnixNano": "1764000000000000000",
+                                        "name": "x",
+                                        "attributes": [
+                                            {
+                                                "key": "afr.span.type",
+                                                "value": {"stringValue": "response"},
+                                            },
+                                            {
+                                                "key": "gen_ai.usage.input_tokens",
+                                                "value": {"stringValue": "1e999"},
+                                            },
+                                        ],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                ]
+            }
+        ).encode(),
+    ],
+    ids=["deeply-nested", "huge-token-count"],
+)
+def test_hostile_bodies_get_4xx_or_are_stored_never_500(running: Running, body: bytes) -> None:
+    answer = httpx.post(
+        running.http_url + "/v1/traces",
+        content=body,
+        headers={**running.headers(), "content-type": "application/json"},
+    )
+    assert answer.status_code in (200, 400)
