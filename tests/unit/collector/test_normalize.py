@@ -106,6 +106,7 @@ def test_unknown_spans_are_kept_as_other() -> None:
                             {
                                 "traceId": "0af7651916cd43dd8448eb211c80319c",
                                 "spanId": "b7ad6b7169203331",
+                                "startTimeUnixNano": "1764000000000000000",
                                 "name": "SELECT orders",
                                 "attributes": [
                                     {"key": "db.system", "value": {"stringValue": "postgresql"}}
