@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,8 +82,16 @@ class Redactor:
         }
         self._pattern = re2.compile("|".join(f"(?P<{d.name}>{d.pattern})" for d in detectors))
         self._bytes_pattern = re2.compile(self._pattern.pattern.encode())
-        self._value_groups = {
-            d.name: self._pattern.groupindex.get(f"{d.name}__value") for d in detectors
+        # Inner groups naming the part of a match to replace: <rule>__value, __value2, ...
+        self._value_groups: dict[str, list[int]] = {
+            d.name: [
+                index
+                for name, index in sorted(
+                    self._pattern.groupindex.items(), key=lambda item: item[1]
+                )
+                if name.startswith(f"{d.name}__value")
+            ]
+            for d in detectors
         }
         self._extra_keys = tuple(config.extra_key_names)
         key_words = "|".join((*_KEY_HINT_WORDS, *(re2.escape(k) for k in self._extra_keys)))
@@ -152,6 +161,8 @@ class Redactor:
             slots.append((f"event[{index}].name", record.event_names, index, name))
             self._map_slots(f"event[{index}].attr.", record.event_attributes[index], slots, fired)
         for index, attributes in enumerate(record.link_attributes):
+            state = record.link_trace_states[index]
+            slots.append((f"link[{index}].trace_state", record.link_trace_states, index, state))
             self._map_slots(f"link[{index}].attr.", attributes, slots, fired)
         self._scan_slots(slots, fired)
         if fired:
@@ -185,8 +196,8 @@ class Redactor:
                 slots.append((prefix, mapping, key, value))
             elif kind == _SECRET:
                 if value and value not in self.config.allow_values:
-                    mapping[key] = self.pseudonym("secret", value)
-                    self._count(fired, f"{prefix}{key}:secret", "secret")
+                    mapping[key] = self.pseudonym("sensitive_key", value)
+                    self._count(fired, f"{prefix}{key}:sensitive_key", "sensitive_key")
             elif kind == _SCAN_KEY:
                 renamed.append(key)
         # Keys themselves can carry data (a user's e-mail as a map key).
@@ -240,25 +251,31 @@ class Redactor:
         else:
             target[key] = value
 
-    def _redact_value(self, text: str, where: str, fired: list[str]) -> str:
-        if text[:1] in ("{", "["):
+    def _redact_value(self, text: str, where: str, fired: list[str], depth: int = 0) -> str:
+        if text.lstrip()[:1] in ("{", "["):
             try:
                 document = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 document = _NOT_JSON
             if document is not _NOT_JSON:
                 before = len(fired)
-                walked = self._walk(document, where + "$", fired, 0)
-                if len(fired) == before:
-                    return text  # nothing to change: keep the original bytes
-                return json.dumps(walked, ensure_ascii=False, separators=(",", ":"))
+                walked = self._walk(document, where + "$", fired, depth)
+                if len(fired) != before:
+                    text = json.dumps(walked, ensure_ascii=False, separators=(",", ":"))
+        # Always a text pass too: it catches what a parse cannot see (duplicate keys, a
+        # Python repr, truncated JSON) with the key-value and value detectors.
         return self._redact_text(text, where, fired)
 
     def _walk(self, node: Any, path: str, fired: list[str], depth: int) -> Any:
         if depth > self.config.max_depth:
             raise _Unprocessable("nested too deeply")
         if isinstance(node, str):
-            return self._redact_text(node, path, fired) if len(node) >= _MIN_SCAN_CHARS else node
+            if len(node) < _MIN_SCAN_CHARS:
+                return node
+            if node.lstrip()[:1] in ("{", "["):
+                # JSON inside JSON (a tool call's arguments inside a message): walk it too.
+                return self._redact_value(node, path, fired, depth + 1)
+            return self._redact_text(node, path, fired)
         if isinstance(node, dict):
             out: dict[str, Any] = {}
             for key, value in node.items():
@@ -270,8 +287,8 @@ class Redactor:
                 )
                 if self._secret_value(key, value):
                     plain = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-                    out[new_key] = self.pseudonym("secret", plain)
-                    self._count(fired, f"{child}:secret", "secret")
+                    out[new_key] = self.pseudonym("sensitive_key", plain)
+                    self._count(fired, f"{child}:sensitive_key", "sensitive_key")
                 else:
                     out[new_key] = self._walk(value, child, fired, depth + 1)
             return out
@@ -280,6 +297,8 @@ class Redactor:
                 self._walk(value, f"{path}[{index}]", fired, depth + 1)
                 for index, value in enumerate(node)
             ]
+        if isinstance(node, float) and node.is_integer() and abs(node) >= 1e12:
+            node = int(node)  # a card number sent as 4111111111111111.0
         if isinstance(node, int) and not isinstance(node, bool) and node >= 10**12:
             as_text = str(node)
             redacted = self._redact_text(as_text, path, fired)
@@ -306,14 +325,32 @@ class Redactor:
             if group is None:
                 continue
             rule = group.decode() if isinstance(group, bytes) else group
-            value_group = self._value_groups.get(rule)
-            start, end = match.span(value_group) if value_group else match.span()
+            start, end = match.span()
+            quote = False
+            groups = self._value_groups.get(rule, ())
+            for position, group_index in enumerate(groups):
+                if match.span(group_index)[0] >= 0:
+                    start, end = match.span(group_index)
+                    # An unquoted value (key=value text, or a JSON number/literal).
+                    quote = position == len(groups) - 1 and len(groups) > 1
+                    break
             value = data[start:end].decode("utf-8", "surrogatepass")
+            if quote:
+                if value in ("null", "true", "false"):
+                    continue  # nothing secret, and JSON must stay JSON
+                quote = _NUMBER.fullmatch(value) is not None
             validate = self._validators.get(rule)
-            if value in self.config.allow_values or (validate is not None and not validate(value)):
+            if value in self.config.allow_values:
                 continue
+            if validate is not None and not validate(value):
+                narrowed = _valid_prefix(value, validate) if rule == "credit_card" else None
+                if narrowed is None:
+                    continue
+                end = start + len(narrowed.encode())
+                value = narrowed
             pieces.append(data[cursor:start])
-            pieces.append(self.pseudonym(rule, value).encode())
+            pseudonym = self.pseudonym(rule, value)
+            pieces.append((f'"{pseudonym}"' if quote else pseudonym).encode())
             cursor = end
             self._count(fired, f"{where}:{rule}", rule)
         if not pieces:
@@ -328,6 +365,17 @@ class Redactor:
 
 
 _NOT_JSON = object()
+_NUMBER = re.compile(r"-?\d[\d.eE+-]*")
+
+
+def _valid_prefix(digits_text: str, validate: Callable[[str], bool]) -> str | None:
+    """A card number followed by more digits ("4111 1111 1111 1111 123") fails Luhn as a
+    whole: the longest valid prefix ending on a digit is the card."""
+    for end in range(len(digits_text) - 1, 12, -1):
+        candidate = digits_text[:end].rstrip(" -")
+        if candidate and candidate[-1].isdigit() and validate(candidate):
+            return candidate
+    return None
 
 
 def detector(name: str, pattern: str) -> Detector:

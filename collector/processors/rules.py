@@ -94,10 +94,24 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("stripe_key", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
     Detector("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),
     Detector("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    Detector("bearer_token", r"\b[Bb]earer\s+(?P<bearer_token__value>[A-Za-z0-9._~+/=-]{16,})"),
+    # Whitespace may arrive JSON-escaped (\n, \t) inside a raw JSON string.
+    Detector(
+        "bearer_token",
+        r"\b[Bb]earer(?:\s|\\[nrt])+(?P<bearer_token__value>[A-Za-z0-9._~+/=-]{16,})",
+    ),
     Detector(
         "url_credentials",
-        r"\b[a-zA-Z][a-zA-Z0-9+.-]*://(?P<url_credentials__value>[^\s/:@\"'\\\x00]+:[^\s/@\"'\\\x00]+)@",
+        r"\b[a-zA-Z][a-zA-Z0-9+.-]*:(?://|\\/\\/)(?P<url_credentials__value>[^\s/:@\"'\\\x00]+:[^\s/@\"'\\\x00]+)@",
+    ),
+    # "password: x", "api_key=x", "'token': 'x'", '"secret":"x"' in text, logs, reprs or
+    # broken JSON; the value is what gets replaced. Values already pseudonymized (<...>) stay.
+    Detector(
+        "key_value_secret",
+        r"(?i)\b(?:password|passwd|passphrase|secret|client[_-]?secret|api[_-]?key|access[_-]?token|"
+        r"auth[_-]?token|refresh[_-]?token|token|private[_-]?key)[\"']?\s*[:=]\s*"
+        r"(?:\"(?P<key_value_secret__value>[^\"<\x00][^\"\x00]{0,199})\"|"
+        r"'(?P<key_value_secret__value2>[^'<\x00][^'\x00]{0,199})'|"
+        r"(?P<key_value_secret__value3>[^\s\"',;&}\]<\x00][^\s\"',;&}\]\x00]{2,}))",
     ),
     Detector("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
     Detector("us_ssn", r"\b\d{3}-\d{2}-\d{4}\b", _ssn),
@@ -135,16 +149,21 @@ class RedactionConfig:
 
 
 def _normal_key(key: str) -> str:
-    last = key.rsplit(".", 1)[-1]
-    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", last)
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key)
     return snake.lower().replace("-", "_")
 
 
 @lru_cache(maxsize=65_536)
 def is_sensitive_key(key: str, extra: tuple[str, ...] = ()) -> bool:
-    name = _normal_key(key)
-    if name.endswith("_tokens") or name in ("tokens", "token_count"):
+    """``password``, ``db.password.value``, ``clientSecret``, ``x-api-key`` are; token
+    counts (``gen_ai.usage.input_tokens``) are not."""
+    full = _normal_key(key)
+    last = full.rsplit(".", 1)[-1]
+    if last.endswith("_tokens") or last in ("tokens", "token_count"):
         return False  # token counts, not tokens
     return bool(
-        _SENSITIVE_KEY_PARTS.search(name) or _SENSITIVE_KEY_WHOLE.fullmatch(name) or name in extra
+        _SENSITIVE_KEY_PARTS.search(full)
+        or _SENSITIVE_KEY_WHOLE.fullmatch(last)
+        or last in extra
+        or full in extra
     )
