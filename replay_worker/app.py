@@ -86,9 +86,17 @@ class ReplayWorker:
             self._processor.force_flush(10)
 
     async def hook(self, request: Request) -> Response:
-        body = await request.body()
-        if len(body) > _MAX_HOOK_BYTES:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > _MAX_HOOK_BYTES:
             return JSONResponse({"error": "hook body too large"}, status_code=413)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():  # capped before anything is verified
+            size += len(chunk)
+            if size > _MAX_HOOK_BYTES:
+                return JSONResponse({"error": "hook body too large"}, status_code=413)
+            chunks.append(chunk)
+        body = b"".join(chunks)
         secret = self.settings.webhook_secret
         if secret is None:
             return JSONResponse(

@@ -72,6 +72,7 @@ class JobRunner:
         self._after_replay = after_replay
         self._jobs: dict[str, Job] = {}
         self._by_webhook: dict[str, str] = {}
+        self._webhook_of: dict[str, str] = {}
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self.day = DayBudget(settings.day_budget_usd)
@@ -87,15 +88,25 @@ class JobRunner:
         if existing is not None:
             return self._jobs[existing], False
         job = Job(job_id="job_" + secrets.token_hex(8), run_id=run_id, model=model, stubs=stubs)
-        if len(self._jobs) >= _MAX_JOBS_KEPT:
-            oldest = next(iter(self._jobs))
-            self._jobs.pop(oldest)
+        self._evict()
         self._jobs[job.job_id] = job
         self._by_webhook[webhook_id] = job.job_id
+        self._webhook_of[job.job_id] = webhook_id
         task = asyncio.get_running_loop().create_task(self._run(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return job, True
+
+    def _evict(self) -> None:
+        """Forgets the oldest finished jobs beyond the cap (never a queued or running one),
+        and their webhook ids with them."""
+        excess = len(self._jobs) - _MAX_JOBS_KEPT + 1
+        if excess <= 0:
+            return
+        finished = [j.job_id for j in self._jobs.values() if j.state in ("succeeded", "failed")]
+        for job_id in finished[:excess]:
+            self._jobs.pop(job_id)
+            self._by_webhook.pop(self._webhook_of.pop(job_id), None)
 
     async def wait(self, job_id: str, timeout_s: float) -> Job | None:
         deadline = time.monotonic() + timeout_s

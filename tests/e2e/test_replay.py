@@ -309,3 +309,17 @@ def test_afr_replay_command_prints_the_verdict(
     assert code == 0
     assert json.loads(captured.out)["result"]["verdict"] == "FAILURE_FIXED"
     assert "verdict FAILURE_FIXED" in captured.err
+
+
+def test_oversized_hook_is_refused_before_verification(stack: Stack) -> None:
+    with WorkerThread(worker_settings(stack, "http://127.0.0.1:9/v1")) as worker:
+        answer = httpx.post(
+            worker.url + "/hooks/replay",
+            content=b"x" * (2 * 1024 * 1024),
+            headers={
+                "webhook-id": "m",
+                "webhook-timestamp": str(int(time.time())),
+                "webhook-signature": "v1,AAAA",
+            },
+        )
+    assert answer.status_code == 413

@@ -136,3 +136,35 @@ def test_first_divergence_names_step_tool_and_argument_diff() -> None:
     }
     assert first_divergence(calls()[:1], registry.invocations[:1]) is None
     assert first_divergence(calls(), registry.invocations[:1])["kind"] == "missing_call"  # type: ignore[index]
+
+
+def test_job_table_evicts_finished_jobs_and_their_webhook_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    from replay_worker import jobs as jobs_module
+    from replay_worker.client import CollectorClient
+    from replay_worker.jobs import JobRunner
+    from replay_worker.settings import WorkerSettings
+
+    monkeypatch.setattr(jobs_module, "_MAX_JOBS_KEPT", 2)
+
+    async def scenario() -> None:
+        runner = JobRunner(
+            WorkerSettings(),
+            CollectorClient("http://127.0.0.1:9", None, timeout_s=0.5),
+            lambda name: None,
+        )  # type: ignore[arg-type,return-value]
+        first, _ = runner.submit("w1", "a" * 32, None, {})
+        await runner.wait(first.job_id, 10)
+        assert first.state == "failed"
+        second, _ = runner.submit("w2", "b" * 32, None, {})
+        await runner.wait(second.job_id, 10)
+        runner.submit("w3", "c" * 32, None, {})
+        assert runner.get(first.job_id) is None, "the oldest finished job is forgotten"
+        again, created = runner.submit("w1", "a" * 32, None, {})
+        assert created, "its webhook id is forgotten too: a retry starts a new job, no KeyError"
+        assert again.job_id != first.job_id
+
+    asyncio.run(scenario())
