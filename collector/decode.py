@@ -98,7 +98,17 @@ def value_to_str(value: Any) -> str:
         return repr(value.double_value)
     if kind is None:
         return ""
+    if kind == "bytes_value":
+        return _bytes_text(value.bytes_value)
     return json.dumps(_plain(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def _bytes_text(raw: bytes) -> str:
+    # Text sent as bytes stays text, so redaction can read it; binary is kept as base64.
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(raw).decode()
 
 
 def _plain(value: Any) -> Any:
@@ -108,7 +118,7 @@ def _plain(value: Any) -> Any:
     if kind == "kvlist_value":
         return {kv.key: _plain(kv.value) for kv in value.kvlist_value.values}
     if kind == "bytes_value":
-        return base64.b64encode(value.bytes_value).decode()
+        return _bytes_text(value.bytes_value)
     return getattr(value, kind) if kind else None
 
 

@@ -80,7 +80,10 @@ class JobLedger:
         with self.day.lock:
             self.reserved_usd -= reserved
             self.spent_usd += actual
-            self.day.spent_usd += actual - reserved
+            # Across UTC midnight the reservation was counted on the previous day: never
+            # let the refund drive the new day's spend below what it really spent.
+            self.day._roll()
+            self.day.spent_usd = max(0.0, self.day.spent_usd + actual - reserved)
 
 
 class LedgerModel(Model):

@@ -102,7 +102,15 @@ class Redactor:
         # And an escaped character, which could hide a value from the raw scan: such JSON is
         # decoded and walked.
         json_escape = r"(?P<json_escape>\\u[0-9a-fA-F]{4})"
-        self._scan = re2.compile(self._pattern.pattern + "|" + json_key + "|" + json_escape)
+        # And a name/value pair whose name is sensitive ({"name": "authorization", "value":
+        # ...} or ["x-api-key", ...]), as headers often travel.
+        json_pair = (
+            rf'(?P<json_sensitive_pair>"(?:name|key)"\s*:\s*"[^"\x00]*(?i:{key_words})[^"\x00]*"'
+            rf'|\[\s*"[^"\x00]*(?i:{key_words})[^"\x00]*"\s*,)'
+        )
+        self._scan = re2.compile(
+            "|".join((self._pattern.pattern, json_key, json_escape, json_pair))
+        )
         self._key_classes: dict[str, int] = {}
         # A conversation repeats the same address or card in many messages: HMAC each once.
         self._pseudonyms: dict[tuple[str, str], str] = {}
@@ -277,6 +285,17 @@ class Redactor:
                 return self._redact_value(node, path, fired, depth + 1)
             return self._redact_text(node, path, fired)
         if isinstance(node, dict):
+            pair_name = node.get("name", node.get("key"))
+            if (
+                isinstance(pair_name, str)
+                and "value" in node
+                and self._secret_value(pair_name, node["value"])
+            ):
+                # {"name": "authorization", "value": "..."}: the value belongs to the name.
+                self._count(fired, f"{path}.value:sensitive_key", "sensitive_key")
+                value = node["value"]
+                plain = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+                node = {**node, "value": self.pseudonym("sensitive_key", plain)}
             out: dict[str, Any] = {}
             for key, value in node.items():
                 child = f"{path}.{key}"
@@ -293,6 +312,11 @@ class Redactor:
                     out[new_key] = self._walk(value, child, fired, depth + 1)
             return out
         if isinstance(node, list):
+            if len(node) == 2 and isinstance(node[0], str) and self._secret_value(node[0], node[1]):
+                # A [name, value] pair, as headers often travel.
+                self._count(fired, f"{path}[1]:sensitive_key", "sensitive_key")
+                plain = node[1] if isinstance(node[1], str) else json.dumps(node[1], sort_keys=True)
+                return [node[0], self.pseudonym("sensitive_key", plain)]
             return [
                 self._walk(value, f"{path}[{index}]", fired, depth + 1)
                 for index, value in enumerate(node)

@@ -120,3 +120,27 @@ def test_unknown_spans_are_kept_as_other() -> None:
     }
     records = normalize(to_records(decode_json(json.dumps(body).encode()), "p", 1).records)
     assert [(r.span_type, r.span_name) for r in records] == [("other", "SELECT orders")]
+
+
+def test_text_sent_as_bytes_stays_text_binary_stays_base64() -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1 import common_pb2
+    from opentelemetry.proto.trace.v1 import trace_pb2
+
+    span = trace_pb2.Span(
+        trace_id=b"\x01" * 16,
+        span_id=b"\x02" * 8,
+        name="s",
+        start_time_unix_nano=1_764_000_000_000_000_000,
+        attributes=[
+            common_pb2.KeyValue(
+                key="text", value=common_pb2.AnyValue(bytes_value=b"mail jane@example.com")
+            ),
+            common_pb2.KeyValue(key="blob", value=common_pb2.AnyValue(bytes_value=b"\xff\x00\x01")),
+        ],
+    )
+    request = ExportTraceServiceRequest(
+        resource_spans=[trace_pb2.ResourceSpans(scope_spans=[trace_pb2.ScopeSpans(spans=[span])])]
+    )
+    (record,) = to_records(request, "p", 1).records
+    assert record.span_attributes == {"text": "mail jane@example.com", "blob": "base64:/wAB"}

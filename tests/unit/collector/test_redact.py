@@ -411,3 +411,21 @@ def test_link_trace_state_and_dotted_attribute_keys(redactor: Redactor) -> None:
     assert record.span_attributes["db.password.value"].startswith("<sensitive_key:")
     assert record.span_attributes["gen_ai.usage.input_tokens"] == "5"
     assert "jane.doe" not in record.link_trace_states[0]
+
+
+def test_name_value_pairs_and_header_lists(redactor: Redactor) -> None:
+    headers = json.dumps(
+        {
+            "headers": [
+                {"name": "Authorization", "value": "abcdef123456"},
+                ["x-api-key", "zyx987654"],
+                {"name": "accept", "value": "json"},
+            ]
+        }
+    )
+    record = span(input=headers)
+    redactor([record])
+    stored = json.loads(record.input)
+    assert "abcdef123456" not in record.input
+    assert "zyx987654" not in record.input
+    assert stored["headers"][2] == {"name": "accept", "value": "json"}
