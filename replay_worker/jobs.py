@@ -117,6 +117,16 @@ class JobRunner:
             await asyncio.sleep(0.05)
         return self._jobs.get(job_id)
 
+    async def _fetch_run(self, run_id: str) -> dict[str, Any]:
+        deadline = time.monotonic() + self._settings.run_wait_s
+        while True:
+            try:
+                return await self._client.get_run(run_id)
+            except RunNotFound:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.25)
+
     async def _run(self, job: Job) -> None:
         async with self._lock:  # one replay at a time: the SDK's trace processors are global
             job.state = "running"
@@ -124,7 +134,7 @@ class JobRunner:
                 self._settings.job_budget_usd, self.day, self._settings.prices_per_mtok
             )
             try:
-                run = await self._client.get_run(job.run_id)
+                run = await self._fetch_run(job.run_id)
                 fixture = build_fixture(run)
 
                 def model_for(name: str) -> Model:

@@ -45,6 +45,9 @@ class WorkerSettings(BaseSettings):
     max_output_tokens: int = Field(default=2048, ge=1)
     """Bound on every replay model call: sent to the model and used to reserve its cost."""
     max_turns: int = Field(default=12, ge=1)
+    run_wait_s: float = Field(default=5.0, ge=0)
+    """How long a job waits for a run the collector does not show yet: spans are visible
+    up to one batch interval (1 s) after the collector acknowledged them."""
 
     job_budget_usd: float = Field(default=0.50, ge=0)
     day_budget_usd: float = Field(default=10.0, ge=0)

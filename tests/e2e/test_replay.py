@@ -197,10 +197,8 @@ def test_bad_signatures_do_no_work_and_webhook_ids_are_idempotent(stack: Stack) 
 
 
 def test_unknown_run_fails_the_job_with_404(stack: Stack) -> None:
-    with (
-        ScriptedModelServer(fixed_script()) as model,
-        WorkerThread(worker_settings(stack, model.base_url)) as worker,
-    ):
+    settings = worker_settings(stack, "http://127.0.0.1:9/v1", run_wait_s=0.5)
+    with WorkerThread(settings) as worker:
         job = wait_job(
             worker, post_hook(worker, stack.secret, {"run_id": "f" * 32}).json()["job_id"]
         )

@@ -1,0 +1,91 @@
+"""`afr up` as a user runs it: collector and replay worker in one process, wired together."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agents import gen_trace_id
+
+import exporter
+from afr.cli import main
+from afr.incident import build_model, failing_script, fixed_script, run_incident
+from afr.scripted_model import ScriptedModelServer
+from tests.fakes import free_port
+from tests.integration.test_collector_api import _wait_for_line
+
+STUB = json.dumps({"status": "refunded"})
+
+
+@pytest.mark.slow
+def test_afr_up_runs_collector_and_worker_and_afr_replay_uses_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "data"
+    grpc_port, http_port, worker_port = free_port(), free_port(), free_port()
+    with ScriptedModelServer(fixed_script()) as fixing_model:
+        env = {
+            **os.environ,
+            "AFR_DATA_DIR": str(data_dir),
+            "AFR_WORKER_PORT": str(worker_port),
+            "AFR_WORKER_MODEL_BASE_URL": fixing_model.base_url,
+            "AFR_WORKER_MODEL_API_KEY": "scripted",
+        }
+        command = [
+            sys.executable,
+            "-m",
+            "afr.cli",
+            "up",
+            "--grpc-port",
+            str(grpc_port),
+            "--http-port",
+            str(http_port),
+        ]
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        try:
+            _wait_for_line(process, "  replay hook", 60)
+            key = (data_dir / "local-project.key").read_text().strip()
+            trace_id = gen_trace_id()
+            with ScriptedModelServer(failing_script()) as model:
+                processor = exporter.install(
+                    endpoint=f"http://127.0.0.1:{grpc_port}",
+                    headers={"authorization": f"Bearer {key}"},
+                )
+                asyncio.run(
+                    run_incident(build_model("responses", model.base_url), trace_id=trace_id)
+                )
+                assert processor.force_flush(10)
+            code = main(
+                [
+                    "replay",
+                    trace_id.removeprefix("trace_"),
+                    "--worker",
+                    f"http://127.0.0.1:{worker_port}",
+                    "--data-dir",
+                    str(data_dir),
+                    "--stub",
+                    f"refund_order={STUB}",
+                    "--timeout-s",
+                    "60",
+                ]
+            )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(30)
+            if process.stdout is not None:
+                process.stdout.close()
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    job = json.loads(captured.out)
+    assert job["result"]["verdict"] == "FAILURE_FIXED"
+    assert process.returncode == 0, "afr up shuts down cleanly on SIGTERM"
+    for name in ("local-project.key", "webhook.secret", "redaction.key", "keys.sqlite"):
+        assert (data_dir / name).stat().st_mode & 0o777 == 0o600, name
