@@ -222,7 +222,8 @@ class Redactor:
             for slot in slots:
                 self._process(slot, fired)
             return
-        first = self._scan.search(joined) if len(joined) >= _MIN_SCAN_CHARS else None
+        view = _escape_view(joined)
+        first = self._scan.search(view) if len(view) >= _MIN_SCAN_CHARS else None
         if first is None:
             return
         starts: list[int] = []
@@ -231,7 +232,7 @@ class Redactor:
             starts.append(offset)
             offset += len(text) + 1
         touched = {
-            bisect_right(starts, m.start()) - 1 for m in self._scan.finditer(joined, first.start())
+            bisect_right(starts, m.start()) - 1 for m in self._scan.finditer(view, first.start())
         }
         for index in sorted(touched):
             self._process(slots[index], fired)
@@ -344,7 +345,7 @@ class Redactor:
         data = text.encode("utf-8", "surrogatepass")
         pieces: list[bytes] = []
         cursor = 0
-        for match in self._bytes_pattern.finditer(data):
+        for match in self._bytes_pattern.finditer(_escape_view_bytes(data)):
             group = match.lastgroup
             if group is None:
                 continue
@@ -389,6 +390,22 @@ class Redactor:
 
 
 _NOT_JSON = object()
+
+
+def _escape_view(text: str) -> str:
+    """``text`` with JSON whitespace escapes (``\\n``) shown as real whitespace, at the same
+    offsets, so a secret right after an escaped newline still starts at a word boundary."""
+    if "\\" not in text:
+        return text
+    return text.replace("\\n", " \n").replace("\\t", " \t").replace("\\r", " \r")
+
+
+def _escape_view_bytes(data: bytes) -> bytes:
+    if b"\\" not in data:
+        return data
+    return data.replace(b"\\n", b" \n").replace(b"\\t", b" \t").replace(b"\\r", b" \r")
+
+
 _NUMBER = re.compile(r"-?\d[\d.eE+-]*")
 
 

@@ -33,9 +33,31 @@ def _digits(text: str) -> str:
     return "".join(c for c in text if c.isdigit())
 
 
+def _card_brand_ok(digits: str) -> bool:
+    """Issuer prefix and length of a real card scheme (Visa, Mastercard, Amex, Discover, JCB,
+    Diners, UnionPay): most long numeric ids (decimal trace ids, order numbers) fail it."""
+    n = len(digits)
+    two, four = int(digits[:2]), int(digits[:4])
+    if digits[0] == "4":
+        return n in (13, 16, 19)
+    if 51 <= two <= 55 or 2221 <= four <= 2720:
+        return n == 16
+    if two in (34, 37):
+        return n == 15
+    if digits.startswith(("6011", "65")) or 644 <= int(digits[:3]) <= 649:
+        return 16 <= n <= 19
+    if 3528 <= four <= 3589:
+        return 16 <= n <= 19
+    if two in (36, 38, 39) or 300 <= int(digits[:3]) <= 305:
+        return 14 <= n <= 19
+    if two == 62:
+        return 16 <= n <= 19
+    return False
+
+
 def _card(text: str) -> bool:
     digits = _digits(text)
-    return 13 <= len(digits) <= 19 and digits[0] in "23456" and luhn_valid(digits)
+    return 13 <= len(digits) <= 19 and _card_brand_ok(digits) and luhn_valid(digits)
 
 
 _IBAN_LENGTHS = {
@@ -43,7 +65,11 @@ _IBAN_LENGTHS = {
     "CZ": 24, "DE": 22, "DK": 18, "EE": 20, "ES": 24, "FI": 18, "FR": 27, "GB": 22, "GI": 23,
     "GR": 27, "HR": 21, "HU": 28, "IE": 22, "IL": 23, "IS": 26, "IT": 27, "LI": 21, "LT": 20,
     "LU": 20, "LV": 21, "MC": 27, "MT": 31, "NL": 18, "NO": 15, "PL": 28, "PT": 25, "RO": 24,
-    "SA": 24, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "TR": 26,
+    "SA": 24, "SE": 24, "SI": 19, "SK": 24, "SM": 27, "TR": 26, "UA": 29, "QA": 29, "KW": 30,
+    "JO": 30, "KZ": 20, "GE": 22, "AZ": 28, "BA": 20, "RS": 22, "ME": 22, "MK": 19, "AL": 28,
+    "MD": 24, "LB": 28, "PK": 24, "PS": 29, "TN": 24, "EG": 29, "MR": 27, "DO": 28, "GT": 28,
+    "CR": 22, "VG": 24, "XK": 20, "LC": 32, "SC": 31, "IQ": 23, "BY": 28, "SV": 28, "FO": 18,
+    "GL": 18, "MU": 30, "TL": 23, "ST": 25, "VA": 22, "LY": 25, "SD": 18,
 }  # fmt: skip
 
 
@@ -57,14 +83,14 @@ def _iban(text: str) -> bool:
 
 
 def _ssn(text: str) -> bool:
-    area, group, serial = text.split("-")
+    area, group, serial = re.split(r"[- ]", text)
     return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
 
 
 def _phone(text: str) -> bool:
     digits = _digits(text)
-    if text.lstrip().startswith("+"):
-        return 10 <= len(digits) <= 15
+    if text.lstrip().startswith(("+", "00")):
+        return 9 <= len(digits) <= 15
     # Without a country code only North American numbers are recognised, with the NANP's
     # rules (area code and exchange start with 2-9), which rejects most id-like triples.
     if len(digits) == 11 and digits[0] == "1":
@@ -81,10 +107,58 @@ class Detector:
 
 # Character classes never include NUL: spans are scanned as NUL-joined segments, and no
 # match may cross from one segment into the next.
+# An "address" whose top-level domain is a file extension is an asset (logo@2x.png).
+_FILE_EXTENSIONS = frozenset(
+    [
+        "png",
+        "jpg",
+        "jpeg",
+        "gif",
+        "webp",
+        "svg",
+        "ico",
+        "bmp",
+        "tif",
+        "tiff",
+        "pdf",
+        "js",
+        "mjs",
+        "ts",
+        "css",
+        "map",
+        "json",
+        "txt",
+        "md",
+        "py",
+        "rb",
+        "go",
+        "rs",
+        "java",
+        "kt",
+        "swift",
+        "php",
+        "html",
+        "htm",
+        "xml",
+        "zip",
+        "gz",
+        "tar",
+    ]
+)
+
+_SEP = r"[ .\x{00a0}-]"  # separators inside numbers, incl. the no-break space
+# Key names (not secrets) that announce a secret value in text.
+_PASSWORD_KEYS = (
+    r"password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|private[_-]?key|credentials?"  # noqa: S105
+)
+_TOKEN_KEYS = r"(?:access|auth|refresh|id|session|bearer|csrf)?[_-]?token|session[_-]?id|sessid|sid"  # noqa: S105
+
 DETECTORS: tuple[Detector, ...] = (
+    # A key cut off before its END line (an attribute length limit) is still a key.
     Detector(
         "pem_private_key",
-        r"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY-----[A-Za-z0-9+/=\s\\:,-]*?-----END (?:[A-Z]+ )*PRIVATE KEY-----",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[A-Za-z0-9+/=\s\\:,()-]*?"
+        r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|$)",
     ),
     Detector("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
     Detector("openai_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
@@ -97,39 +171,66 @@ DETECTORS: tuple[Detector, ...] = (
     # Whitespace may arrive JSON-escaped (\n, \t) inside a raw JSON string.
     Detector(
         "bearer_token",
-        r"\b[Bb]earer(?:\s|\\[nrt])+(?P<bearer_token__value>[A-Za-z0-9._~+/=-]{16,})",
+        r"(?i:\bbearer)(?:\s|\x{00a0}|\\[nrt])+(?P<bearer_token__value>[A-Za-z0-9._~+/=-]{16,})",
+    ),
+    # "Authorization: Basic …", "Cookie: a=b; c=d", as in curl commands and header dumps.
+    Detector(
+        "authorization_header",
+        r"(?i:\b(?:proxy-)?authorization)[\"']?\s*[:=]\s*[\"']?"
+        r"(?:(?i:basic|bearer|token|digest|apikey)(?:\s|\\[nrt])+)?"
+        r"(?P<authorization_header__value>[A-Za-z0-9._~+/=:-]{6,})",
+    ),
+    Detector(
+        "cookie_header",
+        r"(?i:\b(?:set-)?cookie)[\"']?\s*[:=]\s*[\"']?(?P<cookie_header__value>[^\r\n\"'\\\x00]{6,})",
     ),
     Detector(
         "url_credentials",
-        r"\b[a-zA-Z][a-zA-Z0-9+.-]*:(?://|\\/\\/)(?P<url_credentials__value>[^\s/:@\"'\\\x00]+:[^\s/@\"'\\\x00]+)@",
+        r"\b[a-zA-Z][a-zA-Z0-9+.-]*:(?://|\\/\\/)(?P<url_credentials__value>[^\s/:@\"'\\\x00]*:[^\s/@\"'\\\x00]+)@",
     ),
-    # "password: x", "api_key=x", "'token': 'x'", '"secret":"x"' in text, logs, reprs or
-    # broken JSON; the value is what gets replaced. Values already pseudonymized (<...>) stay.
+    # "password: x", "DB_PASSWORD=x", "'api_key': 'x'", '"secret":"x"', "pwd=x&" in text,
+    # logs, env dumps, reprs, query strings or broken JSON; the value is what is replaced.
+    # Values already pseudonymized (<...>) stay.
     Detector(
         "key_value_secret",
-        r"(?i)\b(?:password|passwd|passphrase|secret|client[_-]?secret|api[_-]?key|access[_-]?token|"
-        r"auth[_-]?token|refresh[_-]?token|token|private[_-]?key)[\"']?\s*[:=]\s*"
+        rf"(?i)\b[a-z0-9._-]*?(?:{_PASSWORD_KEYS})[a-z0-9_-]*[\"']?\s*[:=]\s*"
         r"(?:\"(?P<key_value_secret__value>[^\"<\x00][^\"\x00]{0,199})\"|"
         r"'(?P<key_value_secret__value2>[^'<\x00][^'\x00]{0,199})'|"
         r"(?P<key_value_secret__value3>[^\s\"',;&}\]<\x00][^\s\"',;&}\]\x00]{2,}))",
     ),
-    Detector("email", r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
-    Detector("us_ssn", r"\b\d{3}-\d{2}-\d{4}\b", _ssn),
-    Detector("credit_card", r"\b\d(?:[ -]?\d){12,18}\b", _card),
-    Detector("iban", r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b", _iban),
+    # Token-like keys ("access_token=…", "JSESSIONID=…"); "max_tokens: 512" is not one (the
+    # value must hold a letter).
+    Detector(
+        "key_value_token",
+        rf"(?i)\b[a-z0-9._-]*?(?:{_TOKEN_KEYS})[\"']?\s*[:=]\s*[\"']?"
+        r"(?P<key_value_token__value>[A-Za-z0-9._~+/=-]{8,})",
+        lambda value: any(c.isalpha() for c in value),
+    ),
+    Detector(
+        "email",
+        r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
+        lambda value: value.rsplit(".", 1)[-1].lower() not in _FILE_EXTENSIONS,
+    ),
+    Detector("us_ssn", r"\b\d{3}[- ]\d{2}[- ]\d{4}\b", _ssn),
+    Detector("credit_card", rf"\b\d(?:{_SEP}?\d){{12,18}}\b", _card),
+    Detector("iban", r"\b[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]{4}){2,7}(?:[ -]?[A-Z0-9]{1,4})?\b", _iban),
     Detector(
         "phone",
-        r"(?:\+\d{1,3}[ .-]?)?\(?\b\d{3}\)?[ .-]\d{3}[ .-]\d{4}\b|\+\d{1,3}(?:[ .-]?\d{2,4}){2,5}\b",
+        rf"(?:\+\d{{1,3}}{_SEP}?)?\(?\b\d{{3}}\)?{_SEP}?\d{{3}}{_SEP}\d{{4}}\b"
+        rf"|(?:\+|\b00)\d{{1,3}}(?:{_SEP}?\(?0?\)?{_SEP}?\d{{1,4}}){{2,6}}\b",
         _phone,
     ),
 )
+
 
 # Keys whose value is replaced whatever it looks like (attribute keys and JSON object keys).
 _SENSITIVE_KEY_PARTS = re.compile(
     r"password|passwd|passphrase|secret|api_?key|private_?key|access_?key|authorization|"
     r"cookie|credential|card_?number|cvv|cvc|ssn"
 )
-_SENSITIVE_KEY_WHOLE = re.compile(r"(?:.*_)?(?:token|auth|session(?:_?id)?|pwd|pin|otp)")
+_SENSITIVE_KEY_WHOLE = re.compile(
+    r"(?:.*_)?(?:token|auth|session(?:_?id)?|pwd|pin|otp|sid)|.*(?:token|sessid|sessionid)"
+)
 
 
 @dataclass(frozen=True)
@@ -159,10 +260,12 @@ def is_sensitive_key(key: str, extra: tuple[str, ...] = ()) -> bool:
     counts (``gen_ai.usage.input_tokens``) are not."""
     full = _normal_key(key)
     last = full.rsplit(".", 1)[-1]
-    if last.endswith("_tokens") or last in ("tokens", "token_count"):
+    if last.endswith("tokens") or last.endswith("token_count"):
         return False  # token counts, not tokens
+    compact = re.sub(r"[\s_.-]", "", full)  # "passWord", "Pass word", "user.Password"
     return bool(
         _SENSITIVE_KEY_PARTS.search(full)
+        or _SENSITIVE_KEY_PARTS.search(compact)
         or _SENSITIVE_KEY_WHOLE.fullmatch(last)
         or last in extra
         or full in extra

@@ -207,7 +207,7 @@ def test_no_planted_secret_reaches_disk_the_store_or_the_logs(
     fired = {entry for span in body["spans"] for entry in span["redactions"]}
     rules = {entry.rsplit(":", 1)[1] for entry in fired}
     expected = {r for r in SECRETS if r != "phone_nanp"} | {"sensitive_key"}
-    assert rules == expected
+    assert expected <= rules, "every planted kind of secret is accounted for"
     assert "attr.gen_ai.tool.call.arguments$.payment.iban:iban" in fired
     assert "attr.gen_ai.tool.call.arguments$.auth:sensitive_key" in fired, (
         "the whole object under a sensitive key"

@@ -429,3 +429,90 @@ def test_name_value_pairs_and_header_lists(redactor: Redactor) -> None:
     assert "abcdef123456" not in record.input
     assert "zyx987654" not in record.input
     assert stored["headers"][2] == {"name": "accept", "value": "json"}
+
+
+@pytest.mark.parametrize(
+    ("text", "leak"),
+    [
+        (
+            '[{"role":"user","content":"My card:\\n4111111111111111, key:\\nsk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"}]',
+            "4111111111111111",
+        ),
+        (
+            '[{"role":"user","content":"key:\\nsk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"}]',
+            "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z",
+        ),
+        ("DB_PASSWORD=hunter2xyz\nHOME=/root", "hunter2xyz"),
+        ("export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG", "wJalrXUtnFEMIK7MDENG"),
+        ("dbPassword: hunter2xyz", "hunter2xyz"),
+        ("curl -H 'Authorization: Basic YWRtaW46aHVudGVyMg==' https://x", "YWRtaW46aHVudGVyMg=="),
+        ("Cookie: sessionid=hunter2xyz; theme=dark", "hunter2xyz"),
+        ("redis://:hunter2xyz@cache:6379/0", "hunter2xyz"),
+        ("https://app/login?user=bob&pwd=hunter2xyz&x=1", "hunter2xyz"),
+        ("JSESSIONID=abcdef123456XYZ", "abcdef123456XYZ"),
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+            "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+        ),
+        ("BEARER abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz"),
+        ("call (415)555-0132 or +33 6 12 34 56 78", "12 34 56 78"),
+        ("card 4111.1111.1111.1111", "4111.1111.1111.1111"),
+        ("SSN 123 45 6789", "123 45 6789"),
+    ],
+    ids=[
+        "escaped-newline-card",
+        "escaped-newline-key",
+        "env-prefixed-key",
+        "aws-secret-env",
+        "camel-case-key",
+        "basic-auth-header",
+        "cookie-header",
+        "empty-user-url",
+        "query-string-pwd",
+        "jsessionid",
+        "pem-without-end",
+        "bearer-upper",
+        "phones",
+        "dotted-card",
+        "spaced-ssn",
+    ],
+)
+def test_second_review_bypasses_stay_closed(redactor: Redactor, text: str, leak: str) -> None:
+    record = span(span_attributes={"payload": text})
+    redactor([record])
+    assert leak not in record.span_attributes["payload"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "dd.trace_id=5736898051598250357",
+        '{"trace_id": 5736898051598250357, "order": 573689805159825035}',
+        "logo@2x.png and image@3x.webp",
+        "max_tokens: 512, token: 512, tokens=740",
+        '{"usage": {"input_tokens": 740, "output_tokens": 147}}',
+    ],
+)
+def test_second_review_false_positives_are_gone(redactor: Redactor, text: str) -> None:
+    record = span(span_attributes={"payload": text})
+    redactor([record])
+    assert record.span_attributes["payload"] == text
+    assert record.redactions == []
+
+
+def test_attribute_keys_with_odd_spelling_are_sensitive(redactor: Redactor) -> None:
+    keys = [
+        "passWord",
+        "userPassWord",
+        "Pass word",
+        "accesstoken",
+        "JSESSIONID",
+        "PHPSESSID",
+        "connect.sid",
+        "csrftoken",
+    ]
+    record = span(span_attributes={key: "hunter2xyz" for key in keys})
+    redactor([record])
+    assert all(value.startswith("<sensitive_key:") for value in record.span_attributes.values()), (
+        record.span_attributes
+    )
