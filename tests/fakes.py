@@ -232,3 +232,46 @@ class FlakyStore:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def afr_up(grpc_port: int, http_port: int, env: dict[str, str], *extra_args: str) -> Any:
+    """`afr up` in its own process, as a user starts it; stdout is piped for its banner."""
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable,
+        "-m",
+        "afr.cli",
+        "up",
+        "--grpc-port",
+        str(grpc_port),
+        "--http-port",
+        str(http_port),
+        *extra_args,
+    ]
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+
+
+def wait_for_line(process: Any, prefix: str, timeout_s: float) -> None:
+    """Reads the process's stdout until a line starts with ``prefix``."""
+    import time
+
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if line.startswith(prefix):
+            return
+        if not line and process.poll() is not None:
+            raise AssertionError(f"afr up exited with {process.returncode}")
+    raise AssertionError(f"afr up printed no line starting with {prefix!r}")
+
+
+def stop_process(process: Any, sig: int) -> None:
+    process.send_signal(sig)
+    process.wait(30)
+    if process.stdout is not None:
+        process.stdout.close()

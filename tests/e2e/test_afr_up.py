@@ -6,8 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +15,7 @@ import exporter
 from afr.cli import main
 from afr.incident import build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer
-from tests.fakes import free_port
-from tests.integration.test_collector_api import _wait_for_line
+from tests.fakes import afr_up, free_port, stop_process, wait_for_line
 
 STUB = json.dumps({"status": "refunded"})
 
@@ -37,21 +34,9 @@ def test_afr_up_runs_collector_and_worker_and_afr_replay_uses_them(
             "AFR_WORKER_MODEL_BASE_URL": fixing_model.base_url,
             "AFR_WORKER_MODEL_API_KEY": "scripted",
         }
-        command = [
-            sys.executable,
-            "-m",
-            "afr.cli",
-            "up",
-            "--grpc-port",
-            str(grpc_port),
-            "--http-port",
-            str(http_port),
-        ]
-        process = subprocess.Popen(
-            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-        )
+        process = afr_up(grpc_port, http_port, env)
         try:
-            _wait_for_line(process, "  replay hook", 60)
+            wait_for_line(process, "  replay hook", 60)
             key = (data_dir / "local-project.key").read_text().strip()
             trace_id = gen_trace_id()
             with ScriptedModelServer(failing_script()) as model:
@@ -78,10 +63,7 @@ def test_afr_up_runs_collector_and_worker_and_afr_replay_uses_them(
                 ]
             )
         finally:
-            process.send_signal(signal.SIGTERM)
-            process.wait(30)
-            if process.stdout is not None:
-                process.stdout.close()
+            stop_process(process, signal.SIGTERM)
     captured = capsys.readouterr()
     assert code == 0, captured.err
     job = json.loads(captured.out)

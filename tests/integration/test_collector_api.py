@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +19,7 @@ from collector.auth import KeyStore
 from collector.decode import decode_json, to_records
 from collector.server import CollectorThread
 from collector.settings import CollectorSettings
-from tests.fakes import free_port
+from tests.fakes import afr_up, free_port, stop_process, wait_for_line
 from tests.integration.conftest import Running
 
 BASE_NS = 1_764_000_000_000_000_000
@@ -166,18 +163,6 @@ def test_openapi_is_served(running: Running) -> None:
     }
 
 
-def _wait_for_line(process: subprocess.Popen[str], prefix: str, timeout_s: float) -> None:
-    assert process.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if line.startswith(prefix):
-            return
-        if not line and process.poll() is not None:
-            raise AssertionError(f"afr up exited with {process.returncode}")
-    raise AssertionError("afr up did not start")
-
-
 @pytest.mark.slow
 def test_restart_between_acknowledgement_and_insert_loses_nothing(tmp_path: Path) -> None:
     """A collector killed (SIGKILL) after acknowledging spans it had not inserted yet comes
@@ -191,22 +176,9 @@ def test_restart_between_acknowledgement_and_insert_loses_nothing(tmp_path: Path
         "AFR_BATCH_INTERVAL_S": "3600",  # the writer would wait an hour before inserting
         "AFR_BATCH_MAX_ROWS": "1000000",
     }
-    command = [
-        sys.executable,
-        "-m",
-        "afr.cli",
-        "up",
-        "--no-worker",
-        "--grpc-port",
-        str(grpc_port),
-        "--http-port",
-        str(http_port),
-    ]
-    process = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-    )
+    process = afr_up(grpc_port, http_port, env, "--no-worker")
     try:
-        _wait_for_line(process, "  read API", 60)
+        wait_for_line(process, "  read API", 60)
         trace_id = gen_trace_id()
         with ScriptedModelServer(failing_script()) as model:
             processor = exporter.install(
@@ -218,10 +190,7 @@ def test_restart_between_acknowledgement_and_insert_loses_nothing(tmp_path: Path
             assert processor.force_flush(10)
         assert processor.stats.exported == 13, "all 13 spans acknowledged"
     finally:
-        process.send_signal(signal.SIGKILL)
-        process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
+        stop_process(process, signal.SIGKILL)
 
     settings = CollectorSettings(data_dir=data_dir, grpc_port=0, http_port=0)
     with CollectorThread(settings) as collector:
