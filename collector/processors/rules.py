@@ -188,6 +188,11 @@ DETECTORS: tuple[Detector, ...] = (
         "url_credentials",
         r"\b[a-zA-Z][a-zA-Z0-9+.-]*:(?://|\\/\\/)(?P<url_credentials__value>[^\s/:@\"'\\\x00]*:[^\s/@\"'\\\x00]+)@",
     ),
+    # curl -u user:password, --user=user:password
+    Detector(
+        "cli_credentials",
+        r"(?:^|\s)(?:-u|--user)[= ]+['\"]?[^\s:'\"\x00]+:(?P<cli_credentials__value>[^\s'\"\x00]{3,})",
+    ),
     # "password: x", "DB_PASSWORD=x", "'api_key': 'x'", '"secret":"x"', "pwd=x&" in text,
     # logs, env dumps, reprs, query strings or broken JSON; the value is what is replaced.
     # Values already pseudonymized (<...>) stay.

@@ -458,6 +458,7 @@ def test_name_value_pairs_and_header_lists(redactor: Redactor) -> None:
         ("call (415)555-0132 or +33 6 12 34 56 78", "12 34 56 78"),
         ("card 4111.1111.1111.1111", "4111.1111.1111.1111"),
         ("SSN 123 45 6789", "123 45 6789"),
+        ("curl -u bob:hunter2xyz https://api.example", "hunter2xyz"),
     ],
     ids=[
         "escaped-newline-card",
@@ -475,6 +476,7 @@ def test_name_value_pairs_and_header_lists(redactor: Redactor) -> None:
         "phones",
         "dotted-card",
         "spaced-ssn",
+        "curl-user",
     ],
 )
 def test_second_review_bypasses_stay_closed(redactor: Redactor, text: str, leak: str) -> None:
