@@ -82,6 +82,9 @@ class Redactor:
         }
         self._pattern = re2.compile("|".join(f"(?P<{d.name}>{d.pattern})" for d in detectors))
         self._bytes_pattern = re2.compile(self._pattern.pattern.encode())
+        self._rule_of_group = {
+            index: name for name, index in self._pattern.groupindex.items() if "__value" not in name
+        }
         # Inner groups naming the part of a match to replace: <rule>__value, __value2, ...
         self._value_groups: dict[str, list[int]] = {
             d.name: [
@@ -231,10 +234,17 @@ class Redactor:
         for text in texts:
             starts.append(offset)
             offset += len(text) + 1
-        touched = {
-            bisect_right(starts, m.start()) - 1 for m in self._scan.finditer(view, first.start())
-        }
-        for index in sorted(touched):
+        # Which segments hold a hit: one search per such segment, resuming at the next one
+        # (text dense with secrets would otherwise pay for every hit twice).
+        touched: list[int] = []
+        hit: Any = first
+        while hit is not None:
+            index = bisect_right(starts, hit.start()) - 1
+            touched.append(index)
+            if index + 1 >= len(starts):
+                break
+            hit = self._scan.search(view, starts[index + 1])
+        for index in touched:
             self._process(slots[index], fired)
 
     def _process(self, slot: _Slot, fired: list[str]) -> None:
@@ -346,10 +356,11 @@ class Redactor:
         pieces: list[bytes] = []
         cursor = 0
         for match in self._bytes_pattern.finditer(_escape_view_bytes(data)):
-            group = match.lastgroup
-            if group is None:
+            # lastindex is the rule's own group (it closes after any inner value group);
+            # the wrapper's lastgroup recomputes the group table on every call.
+            rule = self._rule_of_group.get(match.lastindex or 0)
+            if rule is None:
                 continue
-            rule = group.decode() if isinstance(group, bytes) else group
             start, end = match.span()
             quote = False
             groups = self._value_groups.get(rule, ())
