@@ -111,8 +111,9 @@ def run_demo(data_dir: Path = DEMO_DATA_DIR) -> int:
     )
     print(f"   curl -H 'authorization: Bearer <key>' http://127.0.0.1:4318/api/v1/runs/{run_id}")
     print(
-        f"   .venv/bin/afr replay {run_id} --stub 'refund_order={REFUND_STUB}'   (with afr up running)"
+        f"   .venv/bin/afr replay {run_id} --data-dir {data_dir} --stub 'refund_order={REFUND_STUB}'"
     )
+    print("   (with that afr up running and OPENAI_API_KEY set: a live model replays it)")
     print(
         "not built yet: Grafana dashboards, evals from fixed replays, nightly sweep (see the open issues)"
     )
