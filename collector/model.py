@@ -15,7 +15,15 @@ from typing import Any
 
 import orjson
 
-__all__ = ["COLUMNS", "COLUMN_NAMES", "ROW_FORMAT", "SPAN_TYPES", "SpanRecord", "encode_rows"]
+__all__ = [
+    "COLUMNS",
+    "COLUMN_NAMES",
+    "ROW_FORMAT",
+    "SPAN_TYPES",
+    "SpanRecord",
+    "encode_rows",
+    "merged_attributes",
+]
 
 SPAN_TYPES = (
     "workflow",
@@ -81,13 +89,32 @@ class SpanRecord:
 
     def original_attributes(self) -> dict[str, str]:
         """The span's attributes as they arrived (after redaction/truncation)."""
-        merged = dict(self.span_attributes)
-        merged.update(self.body_attributes)
-        if self.input_key:
-            merged[self.input_key] = self.input
-        if self.output_key:
-            merged[self.output_key] = self.output
-        return merged
+        return merged_attributes(
+            self.span_attributes,
+            self.body_attributes,
+            self.input_key,
+            self.input,
+            self.output_key,
+            self.output,
+        )
+
+
+def merged_attributes(
+    span_attributes: dict[str, str],
+    body_attributes: dict[str, str],
+    input_key: str,
+    input_body: str,
+    output_key: str,
+    output_body: str,
+) -> dict[str, str]:
+    """Puts back together what normalization split: the map, the moved bodies, Input/Output."""
+    merged = dict(span_attributes)
+    merged.update(body_attributes)
+    if input_key:
+        merged[input_key] = input_body
+    if output_key:
+        merged[output_key] = output_body
+    return merged
 
 
 # (ClickHouse column, SpanRecord field). The order is the insert order.

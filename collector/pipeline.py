@@ -56,14 +56,20 @@ class ProcessedRequest:
     rejected: int
     error_message: str
     redactions: int
+    failed_closed: int
+    truncated_spans: int
 
 
 @dataclass
 class PipelineStats:
+    """Counted, never logged per item; served on /healthz."""
+
     requests: int = 0
     spans_accepted: int = 0
     spans_rejected: int = 0
     redactions: int = 0
+    failed_closed: int = 0
+    truncated_spans: int = 0
 
 
 def process_request(
@@ -75,10 +81,23 @@ def process_request(
     records = decoded.records
     for _, processor in processors:
         records = processor(records)
-    redactions = sum(len(r.redactions) for r in records)
+    redactions = failed_closed = truncated = 0
+    for record in records:
+        if record.redactions:
+            redactions += len(record.redactions)
+            failed_closed += sum(
+                1 for entry in record.redactions if entry.endswith(":redaction_failed")
+            )
+        truncated += record.truncated
     payload = encode_rows(records) if records else b""
     return ProcessedRequest(
-        payload, len(records), decoded.rejected, decoded.error_message, redactions
+        payload,
+        len(records),
+        decoded.rejected,
+        decoded.error_message,
+        redactions,
+        failed_closed,
+        truncated,
     )
 
 
@@ -159,4 +178,6 @@ class Pipeline:
         self.stats.spans_accepted += processed.rows
         self.stats.spans_rejected += processed.rejected
         self.stats.redactions += processed.redactions
+        self.stats.failed_closed += processed.failed_closed
+        self.stats.truncated_spans += processed.truncated_spans
         return IngestResult(processed.rows, processed.rejected, processed.error_message)

@@ -7,6 +7,7 @@ background thread with its own loop, for the demo and the tests.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import gc
 import logging
@@ -93,6 +94,8 @@ class Collector:
         self.writer = BatchWriter(
             store, self.wal, max_rows=settings.batch_max_rows, interval_s=settings.batch_interval_s
         )
+        # Built here even when worker processes do the work: a bad rules file stops start-up
+        # now, and the redaction key exists before any worker reads it.
         self.pipeline = Pipeline(
             processors or default_processors(settings),
             self.wal,
@@ -128,6 +131,7 @@ class Collector:
                 "pending_rows": self.wal.ready_rows,
                 "inserted_rows": self.writer.inserted_rows,
                 "dead_lettered_rows": self.writer.dead_lettered_rows,
+                "pipeline": dataclasses.asdict(self.pipeline.stats),
             }
             return JSONResponse(body, status_code=200 if self.writer.healthy else 503)
 

@@ -189,10 +189,15 @@ class AfrTracingProcessor(TracingProcessor):
         self._worker.join(budget)
         if self._worker.is_alive():
             self._abandoned = True
-            self._dropped_at_shutdown += sum(
-                1 for item in list(self._queue) if not isinstance(item, tuple)
-            )
-            self._queue.clear()
+            # Popped one by one, so a span is counted exactly once whichever thread takes it;
+            # a trace-end marker stands for the workflow root span, a trace-start for none.
+            while True:
+                try:
+                    item = self._queue.popleft()
+                except IndexError:
+                    break
+                if not (isinstance(item, tuple) and item[0] == _TRACE_START):
+                    self._dropped_at_shutdown += 1
         try:
             self._exporter.shutdown()  # aborts a retry loop still sleeping in the worker
         except Exception:
@@ -227,8 +232,11 @@ class AfrTracingProcessor(TracingProcessor):
     def _export_one_batch(self) -> None:
         queue = self._queue
         batch: list[ReadableSpan] = []
-        while queue and len(batch) < self._max_batch:
-            item = queue.popleft()
+        while queue and len(batch) < self._max_batch and not self._abandoned:
+            try:
+                item = queue.popleft()
+            except IndexError:  # emptied by shutdown meanwhile
+                break
             try:
                 converted = self._convert(item)
             except Exception:

@@ -11,7 +11,19 @@ import httpx
 
 from replay_worker.hooks.signature import sign
 
-__all__ = ["request_replay", "wait_for_job"]
+__all__ = ["request_replay", "signed_headers", "wait_for_job"]
+
+
+def signed_headers(secret: str, body: bytes, webhook_id: str | None = None) -> dict[str, str]:
+    """Standard Webhooks headers for ``body``, signed now."""
+    webhook_id = webhook_id or "msg_" + secrets.token_hex(12)
+    timestamp = int(time.time())
+    return {
+        "content-type": "application/json",
+        "webhook-id": webhook_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign(secret, webhook_id, timestamp, body),
+    }
 
 
 def request_replay(
@@ -29,14 +41,7 @@ def request_replay(
     if stubs:
         payload["stubs"] = stubs
     body = json.dumps(payload).encode()
-    webhook_id = "msg_" + secrets.token_hex(12)
-    timestamp = int(time.time())
-    headers = {
-        "content-type": "application/json",
-        "webhook-id": webhook_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": sign(secret, webhook_id, timestamp, body),
-    }
+    headers = signed_headers(secret, body)
     response = httpx.post(
         worker_url.rstrip("/") + "/hooks/replay", content=body, headers=headers, timeout=timeout_s
     )

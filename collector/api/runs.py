@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from collector.auth import Authenticator
 from collector.errors import Unauthenticated
+from collector.model import merged_attributes
 from collector.receiver.status import http_status
 from collector.store.reader import RunFilter, RunReader, decode_cursor
 
@@ -43,12 +44,14 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def span_json(span: dict[str, Any]) -> dict[str, Any]:
-    attributes = dict(span["span_attributes"])
-    attributes.update(span["body_attributes"])
-    if span["input_key"]:
-        attributes[span["input_key"]] = span["input"]
-    if span["output_key"]:
-        attributes[span["output_key"]] = span["output"]
+    attributes = merged_attributes(
+        span["span_attributes"],
+        span["body_attributes"],
+        span["input_key"],
+        span["input"],
+        span["output_key"],
+        span["output"],
+    )
     return {
         "trace_id": span["trace_id"],
         "span_id": span["span_id"],

@@ -77,8 +77,8 @@ class Redactor:
         detectors = [
             d for d in (*DETECTORS, *config.extra_detectors) if d.name not in config.disabled_rules
         ]
-        self._validators: dict[str, Callable[[str], bool] | None] = {
-            d.name: d.validate for d in detectors
+        self._accept: dict[str, Callable[[str], str | None] | None] = {
+            d.name: d.accept for d in detectors
         }
         self._pattern = re2.compile("|".join(f"(?P<{d.name}>{d.pattern})" for d in detectors))
         self._bytes_pattern = re2.compile(self._pattern.pattern.encode())
@@ -375,15 +375,16 @@ class Redactor:
                 if value in ("null", "true", "false"):
                     continue  # nothing secret, and JSON must stay JSON
                 quote = _NUMBER.fullmatch(value) is not None
-            validate = self._validators.get(rule)
             if value in self.config.allow_values:
                 continue
-            if validate is not None and not validate(value):
-                narrowed = _valid_prefix(value, validate) if rule == "credit_card" else None
-                if narrowed is None:
+            accept = self._accept.get(rule)
+            if accept is not None:
+                accepted = accept(value)
+                if accepted is None:
                     continue
-                end = start + len(narrowed.encode())
-                value = narrowed
+                if accepted != value:  # a secret inside the match (it is always a prefix)
+                    end = start + len(accepted.encode())
+                    value = accepted
             pieces.append(data[cursor:start])
             pseudonym = self.pseudonym(rule, value)
             pieces.append((f'"{pseudonym}"' if quote else pseudonym).encode())
@@ -418,16 +419,6 @@ def _escape_view_bytes(data: bytes) -> bytes:
 
 
 _NUMBER = re.compile(r"-?\d[\d.eE+-]*")
-
-
-def _valid_prefix(digits_text: str, validate: Callable[[str], bool]) -> str | None:
-    """A card number followed by more digits ("4111 1111 1111 1111 123") fails Luhn as a
-    whole: the longest valid prefix ending on a digit is the card."""
-    for end in range(len(digits_text) - 1, 12, -1):
-        candidate = digits_text[:end].rstrip(" -")
-        if candidate and candidate[-1].isdigit() and validate(candidate):
-            return candidate
-    return None
 
 
 def detector(name: str, pattern: str) -> Detector:

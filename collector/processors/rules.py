@@ -98,11 +98,29 @@ def _phone(text: str) -> bool:
     return len(digits) == 10 and digits[0] in "23456789" and digits[3] in "23456789"
 
 
+def _whole(predicate: Callable[[str], bool]) -> Callable[[str], str | None]:
+    return lambda value: value if predicate(value) else None
+
+
+def _card_in(text: str) -> str | None:
+    """The card number in a match: all of it, or — when more digits follow a card
+    ("4111 1111 1111 1111 123") and the whole fails the checks — its longest valid prefix."""
+    if _card(text):
+        return text
+    for end in range(len(text) - 1, 12, -1):
+        candidate = text[:end].rstrip(" .-\u00a0")
+        if candidate and candidate[-1].isdigit() and _card(candidate):
+            return candidate
+    return None
+
+
 @dataclass(frozen=True)
 class Detector:
     name: str
     pattern: str
-    validate: Callable[[str], bool] | None = None
+    accept: Callable[[str], str | None] | None = None
+    """The part of a match that is the secret (often all of it), or None for a look-alike
+    (a failed checksum, an asset name); None as the field: every match is a secret."""
 
 
 # Character classes never include NUL: spans are scanned as NUL-joined segments, and no
@@ -209,21 +227,23 @@ DETECTORS: tuple[Detector, ...] = (
         "key_value_token",
         rf"(?i)\b[a-z0-9._-]*?(?:{_TOKEN_KEYS})[\"']?\s*[:=]\s*[\"']?"
         r"(?P<key_value_token__value>[A-Za-z0-9._~+/=-]{8,})",
-        lambda value: any(c.isalpha() for c in value),
+        _whole(lambda value: any(c.isalpha() for c in value)),
     ),
     Detector(
         "email",
         r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
-        lambda value: value.rsplit(".", 1)[-1].lower() not in _FILE_EXTENSIONS,
+        _whole(lambda value: value.rsplit(".", 1)[-1].lower() not in _FILE_EXTENSIONS),
     ),
-    Detector("us_ssn", r"\b\d{3}[- ]\d{2}[- ]\d{4}\b", _ssn),
-    Detector("credit_card", rf"\b\d(?:{_SEP}?\d){{12,18}}\b", _card),
-    Detector("iban", r"\b[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]{4}){2,7}(?:[ -]?[A-Z0-9]{1,4})?\b", _iban),
+    Detector("us_ssn", r"\b\d{3}[- ]\d{2}[- ]\d{4}\b", _whole(_ssn)),
+    Detector("credit_card", rf"\b\d(?:{_SEP}?\d){{12,18}}\b", _card_in),
+    Detector(
+        "iban", r"\b[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]{4}){2,7}(?:[ -]?[A-Z0-9]{1,4})?\b", _whole(_iban)
+    ),
     Detector(
         "phone",
         rf"(?:\+\d{{1,3}}{_SEP}?)?\(?\b\d{{3}}\)?{_SEP}?\d{{3}}{_SEP}\d{{4}}\b"
         rf"|(?:\+|\b00)\d{{1,3}}(?:{_SEP}?\(?0?\)?{_SEP}?\d{{1,4}}){{2,6}}\b",
-        _phone,
+        _whole(_phone),
     ),
 )
 

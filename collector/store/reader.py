@@ -15,8 +15,6 @@ from collector.store.schema import SPANS_TABLE, TRACE_ID_TS_TABLE
 
 __all__ = ["RunFilter", "RunReader", "decode_cursor", "encode_cursor"]
 
-_NS = 1_000_000_000
-
 _SUMMARY = f"""
 SELECT
     TraceId AS run_id,

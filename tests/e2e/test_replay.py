@@ -19,8 +19,9 @@ import exporter
 from afr.incident import RefundDesk, build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from replay_worker.app import WorkerThread
-from replay_worker.hooks.signature import generate_secret, sign
+from replay_worker.hooks.signature import generate_secret
 from replay_worker.settings import WorkerSettings
+from replay_worker.trigger import signed_headers
 from tests.fakes import free_port
 from tests.integration.conftest import Running, start_collector
 
@@ -77,14 +78,7 @@ def post_hook(
     **header_overrides: str,
 ) -> httpx.Response:
     body = json.dumps(payload).encode()
-    timestamp = int(time.time())
-    headers = {
-        "content-type": "application/json",
-        "webhook-id": webhook_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": sign(secret, webhook_id, timestamp, body),
-        **header_overrides,
-    }
+    headers = {**signed_headers(secret, body, webhook_id), **header_overrides}
     return httpx.post(worker.url + "/hooks/replay", content=body, headers=headers, timeout=10)
 
 

@@ -549,3 +549,28 @@ def test_hostile_bodies_get_4xx_or_are_stored_never_500(running: Running, body: 
         headers={**running.headers(), "content-type": "application/json"},
     )
     assert answer.status_code in (200, 400)
+
+
+def test_fail_closed_and_truncation_are_counted_on_healthz(running: Running) -> None:
+    deep: Any = "write to jane@example.com"
+    for _ in range(200):
+        deep = [deep]
+    request = _request(_span(TRACE, bytes.fromhex("5050505050505050"), "deep"))
+    request.resource_spans[0].scope_spans[0].spans[0].attributes.append(
+        common_pb2.KeyValue(
+            key="payload",
+            value=common_pb2.AnyValue(string_value=json.dumps(deep)),
+        )
+    )
+    big = _request(
+        _span(TRACE, bytes.fromhex("6060606060606060"), "big"), big_attribute="z" * (300 * 1024)
+    )
+    assert _grpc_export(running, request)[0] == grpc.StatusCode.OK
+    assert _grpc_export(running, big)[0] == grpc.StatusCode.OK
+    stats = httpx.get(running.http_url + "/healthz").json()["pipeline"]
+    assert stats["failed_closed"] == 1, "nested too deeply to vouch for: replaced, counted"
+    assert stats["truncated_spans"] == 1
+    assert stats["spans_accepted"] == 2
+    spans = {s["name"]: s for s in running.run(TRACE.hex())["spans"]}
+    assert spans["big"]["truncated"] is True
+    assert spans["deep"]["attributes"]["payload"] == "<redaction_failed>"

@@ -191,6 +191,7 @@ def test_no_planted_secret_reaches_disk_the_store_or_the_logs(
         running.store.failing = False
         body = running.run(TRACE)
         stored = _all_stored_text(running)
+        pipeline = httpx.get(running.http_url + "/healthz").json()["pipeline"]
     finally:
         thread.stop()
 
@@ -218,3 +219,5 @@ def test_no_planted_secret_reaches_disk_the_store_or_the_logs(
         "provenance never holds a value"
     )
     assert (tmp_path / "data" / "redaction.key").stat().st_mode & 0o777 == 0o600
+    assert pipeline["redactions"] == sum(len(span["redactions"]) for span in body["spans"])
+    assert pipeline["spans_accepted"] == 3
