@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,11 +62,17 @@ def _hex_ids_to_base64(node: Any) -> None:
             _hex_ids_to_base64(child)
 
 
+_PARSE_FIELD = re.compile(r"Failed to parse (\w+) field")
+
+
 def decode_json(raw: bytes) -> ExportTraceServiceRequest:
     try:
         document = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequest(f"body is not JSON: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"body is not UTF-8: invalid byte at position {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        # The decoder's own message names the problem and position, never the content.
+        raise InvalidRequest(f"body is not JSON: {exc.msg} (position {exc.pos})") from None
     except RecursionError:
         raise InvalidRequest("body is not OTLP/JSON: nested too deeply") from None
     if not isinstance(document, dict):
@@ -77,10 +84,18 @@ def decode_json(raw: bytes) -> ExportTraceServiceRequest:
     request = ExportTraceServiceRequest()
     try:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except (json_format.ParseError, binascii.Error, ValueError, TypeError, RecursionError) as exc:
-        message = str(exc).replace("\n", " ")[:300]
+    except (
+        json_format.ParseError,
+        binascii.Error,
+        ValueError,
+        TypeError,
+        RecursionError,
+        SystemError,  # protobuf's JSON parser on a lone surrogate in a key
+    ) as exc:
+        # The parser quotes the offending value back: keep only the field path it names.
+        fields = ".".join(_PARSE_FIELD.findall(str(exc))) or "a field"
         raise InvalidRequest(
-            f"body is not an OTLP/JSON ExportTraceServiceRequest: {message}"
+            f"body is not an OTLP/JSON ExportTraceServiceRequest: {fields} has a value of the wrong type or form"
         ) from None
     return request
 

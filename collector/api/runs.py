@@ -11,6 +11,7 @@ Another project's run is a 404 exactly like an unknown one: no data, no hint it 
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from typing import Any
@@ -182,9 +183,10 @@ class RunsApi:
         query = request.query_params
         now_ns = time.time_ns()
         try:
-            until_ns = _time_param(query.get("until"), now_ns + 3600 * _NS)
-            since_ns = _time_param(query.get("since"), until_ns - self._lookback_ns)
-            limit = int(query.get("limit", "50"))
+            until_ns = _time_param("until", query.get("until"), now_ns + 3600 * _NS)
+            since_ns = _time_param("since", query.get("since"), until_ns - self._lookback_ns)
+            limit_text = query.get("limit", "50")
+            limit = int(limit_text) if limit_text.isdigit() else 0
             if not 1 <= limit <= self._max_runs:
                 raise ValueError(f"limit must be 1..{self._max_runs}")
             status = query.get("status")
@@ -240,9 +242,14 @@ class RunsApi:
         return JSONResponse(otlp_json(loaded[1]))
 
 
-def _time_param(value: str | None, default_ns: int) -> int:
-    """Unix seconds (float) or nanoseconds (int > 1e12)."""
+def _time_param(name: str, value: str | None, default_ns: int) -> int:
+    """Unix seconds (float) or nanoseconds (int > 1e12). Errors never quote the value."""
     if value is None or value == "":
         return default_ns
-    number = float(value)
-    return int(number) if number > 1e12 else int(number * _NS)
+    try:
+        number = float(value)
+        if not math.isfinite(number) or abs(number) > 2**63:
+            raise ValueError
+        return int(number) if number > 1e12 else int(number * _NS)
+    except ValueError:
+        raise ValueError(f"{name} must be unix seconds or nanoseconds") from None

@@ -6,18 +6,27 @@ attributes — is one segment of a single NUL-joined string scanned in one RE2 p
 segments with a hit (or a sensitive key) get more work:
 
 - plain text: each validated match is replaced by a typed, keyed pseudonym
-  ``<rule:hmac12>`` (HMAC-SHA256 with the collector's redaction key), so equal values stay
-  joinable across spans and restarts without being readable;
-- JSON (a string holding an object or array): parsed, walked with a depth limit, values of
-  sensitive keys replaced whatever they are, strings redacted as text, re-serialized;
+  ``<kind:hmac12>`` (HMAC-SHA256 with the collector's redaction key over the secret's
+  canonical form), so one secret gets one pseudonym in every placement, request and restart
+  and stays joinable without being readable. A pseudonym is never scanned again;
+- JSON (a string holding an object or array): parsed, walked with a depth limit, keys
+  scanned like values, values of sensitive keys replaced whatever they are, strings
+  redacted as text, re-serialized; text that is not clean JSON (a repr, truncated or
+  duplicate-key JSON) is scanned as text instead;
+- encodings that hide a secret from the scan are looked through: percent-encoded text is
+  decoded, base64 blobs that decode to text are scanned (bounded) and replaced whole when
+  they hold a secret;
 - anything that cannot be processed is replaced by a sentinel and counted (fail closed).
 
 Each replacement is recorded on the span as ``<field><json path>:<rule>`` (never the
-value) in ``Redactions``.
+value; paths are built from what is stored, so a key that was a secret appears as its
+pseudonym) in ``Redactions``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import json
@@ -27,11 +36,18 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import re2
 
 from collector.model import SpanRecord
-from collector.processors.rules import DETECTORS, Detector, RedactionConfig, is_sensitive_key
+from collector.processors.rules import (
+    DETECTORS,
+    Detector,
+    RedactionConfig,
+    is_sensitive_key,
+    value_in_text,
+)
 
 __all__ = ["FAILED_SENTINEL", "Redactor", "RedactorStats"]
 
@@ -46,7 +62,30 @@ _KEY_HINT_WORDS = (
 _SEPARATOR = "\x00"
 _PSEUDONYM_CACHE = 16_384
 _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
-_SCAN, _SECRET, _ALLOWED, _SCAN_KEY = range(4)  # how a map key's value is treated
+# Our own output: never scanned again (a replay sends stored, pseudonymized text back in).
+_PSEUDONYM = r"<[a-z0-9_]{1,64}:[0-9a-f]{12}>"
+# A base64 run long enough to hold a credential; tried last, so a detector matching at the
+# same place (an Azure key, a JWT) wins.
+_BASE64_BLOB = r"\b[A-Za-z0-9+/_]{32,}={0,2}"
+_MAX_BLOB_CHARS = 256 * 1024
+_MAX_DECODE_DEPTH = 2  # base64 in base64, percent-encoding in base64: and no further
+# Rules that find a secret by what surrounds it (a key name, a header): when the value is
+# itself a secret some other detector knows (a GitHub token after "token="), it is labelled
+# and keyed as that secret, so it gets the same pseudonym as anywhere else.
+_CONTEXT_RULES = frozenset(
+    {
+        "sensitive_key",
+        "key_value_secret",
+        "key_value_token",
+        "xml_secret",
+        "xml_token",
+        "authorization_header",
+        "bearer_token",
+        "cookie_header",
+        "cli_credentials",
+    }
+)
+_SCAN, _SECRET, _ALLOWED = range(3)  # how a map key's value is treated
 # (label prefix, owner, key or attribute name, text): owner[key] = redacted, or setattr on a
 # span. The provenance label is only built for a segment that is processed.
 _Slot = tuple[str, Any, Any, str]
@@ -70,6 +109,17 @@ class _Unprocessable(Exception):
     """Content the redactor will not vouch for: it is replaced, never stored raw."""
 
 
+class _DuplicateKey(ValueError):
+    """JSON with a repeated key: a parse keeps one value, so it is scanned as text."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        raise _DuplicateKey
+    return document
+
+
 class Redactor:
     def __init__(self, secret: bytes, config: RedactionConfig | None = None) -> None:
         self._secret = secret
@@ -80,41 +130,54 @@ class Redactor:
         self._accept: dict[str, Callable[[str], str | None] | None] = {
             d.name: d.accept for d in detectors
         }
-        self._pattern = re2.compile("|".join(f"(?P<{d.name}>{d.pattern})" for d in detectors))
-        self._bytes_pattern = re2.compile(self._pattern.pattern.encode())
+        self._canonical: dict[str, Callable[[str], str]] = {
+            d.name: d.canonical for d in detectors if d.canonical is not None
+        }
+        groups = [f"(?P<pseudonym>{_PSEUDONYM})"]
+        groups += [f"(?P<{d.name}>{d.pattern})" for d in detectors]
+        groups.append(f"(?P<base64_blob>{_BASE64_BLOB})")
+        options = re2.Options()
+        options.max_mem = 256 << 20  # the DFA of ~70 detectors outgrows RE2's 8 MiB default
+        self._pattern = re2.compile("|".join(groups), options)
+        self._bytes_pattern = re2.compile(self._pattern.pattern.encode(), options)
         self._rule_of_group = {
-            index: name for name, index in self._pattern.groupindex.items() if "__value" not in name
+            index: name for name, index in self._pattern.groupindex.items() if "__" not in name
         }
         # Inner groups naming the part of a match to replace: <rule>__value, __value2, ...
-        self._value_groups: dict[str, list[int]] = {
+        # (taken whole), <rule>__free (an unquoted value in text, trimmed by value_in_text),
+        # <rule>__block (an indented YAML block scalar, cut where the indentation ends).
+        self._value_groups: dict[str, list[tuple[int, str]]] = {
             d.name: [
-                index
+                (index, name.rsplit("__", 1)[1].rstrip("0123456789"))
                 for name, index in sorted(
                     self._pattern.groupindex.items(), key=lambda item: item[1]
                 )
-                if name.startswith(f"{d.name}__value")
+                if name.startswith(f"{d.name}__")
             ]
             for d in detectors
         }
         self._extra_keys = tuple(config.extra_key_names)
         key_words = "|".join((*_KEY_HINT_WORDS, *(re2.escape(k) for k in self._extra_keys)))
-        # The scan pattern adds one more group to the detectors: a JSON key that may hold a
-        # secret whatever its value looks like. It only selects segments for a closer look;
-        # replacements use the detectors alone (self._pattern).
+        # The scan pattern adds more groups to the detectors: they only select segments for
+        # a closer look; replacements use the detectors alone (self._pattern).
+        # A JSON key that may hold a secret whatever its value looks like.
         json_key = rf'(?P<json_sensitive_key>"[^"\x00]*(?i:{key_words})[^"\x00]*"\s*:)'
-        # And an escaped character, which could hide a value from the raw scan: such JSON is
+        # An escaped character, which could hide a value from the raw scan: such JSON is
         # decoded and walked.
         json_escape = r"(?P<json_escape>\\u[0-9a-fA-F]{4})"
-        # And a name/value pair whose name is sensitive ({"name": "authorization", "value":
+        # A name/value pair whose name is sensitive ({"name": "authorization", "value":
         # ...} or ["x-api-key", ...]), as headers often travel.
         json_pair = (
             rf'(?P<json_sensitive_pair>"(?:name|key)"\s*:\s*"[^"\x00]*(?i:{key_words})[^"\x00]*"'
             rf'|\[\s*"[^"\x00]*(?i:{key_words})[^"\x00]*"\s*,)'
         )
+        # Percent-encoded text, decoded before it is scanned.
+        percent = r"(?P<percent_encoded>%[0-9A-Fa-f]{2})"
         self._scan = re2.compile(
-            "|".join((self._pattern.pattern, json_key, json_escape, json_pair))
+            "|".join((self._pattern.pattern, json_key, json_escape, json_pair, percent)), options
         )
-        self._key_classes: dict[str, int] = {}
+        self._key_classes: dict[str, tuple[int, bool]] = {}
+        self._decode_depth = 0  # how many encodings (percent, base64) the text is inside
         # A conversation repeats the same address or card in many messages: HMAC each once.
         self._pseudonyms: dict[tuple[str, str], str] = {}
         self.stats = RedactorStats()
@@ -128,10 +191,18 @@ class Redactor:
         return records
 
     def pseudonym(self, rule: str, value: str) -> str:
+        """``<kind:hmac12>``. Keyed on the value's canonical form only, not on the rule that
+        found it: one secret, one pseudonym, wherever it was and whatever found it."""
         cached = self._pseudonyms.get((rule, value))
         if cached is None:
-            digest = hmac.new(self._secret, f"{rule}:{value}".encode(), hashlib.sha256).hexdigest()
-            cached = f"<{rule}:{digest[:12]}>"
+            canonical = self._canonical.get(rule)
+            if rule in _CONTEXT_RULES:
+                # "Bearer X", "token=X" and {"authorization": "Bearer X"}: one secret, X.
+                label, keyed = "secret", _AUTH_SCHEME.sub("", value.strip(), count=1)
+            else:
+                label, keyed = rule, canonical(value) if canonical is not None else value.strip()
+            digest = hmac.new(self._secret, keyed.encode(), hashlib.sha256).hexdigest()
+            cached = f"<{label}:{digest[:12]}>"
             if len(self._pseudonyms) >= _PSEUDONYM_CACHE:
                 self._pseudonyms.clear()
             self._pseudonyms[(rule, value)] = cached
@@ -146,9 +217,8 @@ class Redactor:
         if cached is None or cached[0] is not record.resource_attributes:
             original = record.resource_attributes
             resource_fired: list[str] = []
-            redacted = dict(original)
             resource_slots: list[_Slot] = []
-            self._map_slots("resource.", redacted, resource_slots, resource_fired)
+            redacted = self._map_slots("resource.", original, resource_slots, resource_fired)
             self._scan_slots(resource_slots, resource_fired)
             self._resource_cache[key] = cached = (original, redacted, resource_fired)
         record.resource_attributes = cached[1]
@@ -165,58 +235,85 @@ class Redactor:
             ("", record, "scope_version", record.scope_version),
             ("", record, "trace_state", record.trace_state),
         ]
-        self._map_slots("attr.", record.span_attributes, slots, fired)
+        record.span_attributes = self._map_slots("attr.", record.span_attributes, slots, fired)
         if record.body_attributes:
-            self._map_slots("body.", record.body_attributes, slots, fired)
+            record.body_attributes = self._map_slots("body.", record.body_attributes, slots, fired)
         for index, name in enumerate(record.event_names):
             slots.append((f"event[{index}].name", record.event_names, index, name))
-            self._map_slots(f"event[{index}].attr.", record.event_attributes[index], slots, fired)
+            record.event_attributes[index] = self._map_slots(
+                f"event[{index}].attr.", record.event_attributes[index], slots, fired
+            )
         for index, attributes in enumerate(record.link_attributes):
             state = record.link_trace_states[index]
             slots.append((f"link[{index}].trace_state", record.link_trace_states, index, state))
-            self._map_slots(f"link[{index}].attr.", attributes, slots, fired)
+            record.link_attributes[index] = self._map_slots(
+                f"link[{index}].attr.", attributes, slots, fired
+            )
         self._scan_slots(slots, fired)
         if fired:
             record.redactions = record.redactions + fired
 
     # --- internals -----------------------------------------------------------------------
-    def _classify_key(self, key: str) -> int:
+    def _classify_key(self, key: str) -> tuple[int, bool]:
+        """How a key's value is treated, and whether the key itself holds a secret (keys
+        are content: a user's e-mail, a PEM used as a key)."""
         if key in self.config.allow_keys:
             known = _ALLOWED
         elif is_sensitive_key(key, self._extra_keys):
             known = _SECRET
-        elif len(key) >= _MIN_SCAN_CHARS and self._pattern.search(key):
-            known = _SCAN_KEY
         else:
             known = _SCAN
+        holds_secret = len(key) >= _MIN_SCAN_CHARS and self._scan.search(key) is not None
         if len(self._key_classes) > 65_536:
             self._key_classes.clear()
-        self._key_classes[key] = known
-        return known
+        self._key_classes[key] = (known, holds_secret)
+        return known, holds_secret
 
     def _map_slots(
         self, prefix: str, mapping: dict[str, str], slots: list[_Slot], fired: list[str]
-    ) -> None:
-        renamed: list[str] = []
+    ) -> dict[str, str]:
+        """The map with its keys redacted and its sensitive values replaced; the values left
+        to scan are added to ``slots`` (they are written into the returned map)."""
         classes = self._key_classes
+        # The common case has no key to rename: the map is edited in place.
+        renames = any(classes.get(key, (0, True))[1] for key in mapping)
+        out: dict[str, str] = {} if renames else mapping
         for key, value in mapping.items():
-            kind = classes.get(key)
-            if kind is None:
-                kind = self._classify_key(key)
+            known = classes.get(key)
+            kind, holds_secret = known if known is not None else self._classify_key(key)
+            stored = key
+            if holds_secret:
+                stored = self._redact_text(key, f"{prefix}<key>", fired)
+            if kind == _SECRET and value and value not in self.config.allow_values:
+                out[stored] = self._replace_whole(value, f"{prefix}{stored}", fired)
+                continue
+            out[stored] = value
             if kind == _SCAN:
-                slots.append((prefix, mapping, key, value))
-            elif kind == _SECRET:
-                if value and value not in self.config.allow_values:
-                    mapping[key] = self.pseudonym("sensitive_key", value)
-                    self._count(fired, f"{prefix}{key}:sensitive_key", "sensitive_key")
-            elif kind == _SCAN_KEY:
-                renamed.append(key)
-        # Keys themselves can carry data (a user's e-mail as a map key).
-        for key in renamed:
-            redacted = self._redact_text(key, f"{prefix}<key>", fired)
-            value = mapping.pop(key)
-            mapping[redacted] = value
-            slots.append((prefix, mapping, redacted, value))
+                slots.append((prefix, out, stored, value))
+        return out
+
+    def _replace_whole(self, value: str, where: str, fired: list[str]) -> str:
+        """A value under a sensitive key, whatever it looks like: one pseudonym."""
+        rule, secret = self._known_secret("sensitive_key", value)
+        self._count(fired, f"{where}:{rule}", rule)
+        return self.pseudonym(rule, secret)
+
+    def _known_secret(self, rule: str, value: str) -> tuple[str, str]:
+        """(rule, value) of a value found by its context, relabelled when the whole value is
+        a secret some value detector recognises."""
+        stripped = value.strip()
+        if len(stripped) < _MIN_SCAN_CHARS or re2.fullmatch(_PSEUDONYM, stripped):
+            return rule, value
+        match = self._pattern.fullmatch(stripped)
+        if match is None:
+            return rule, value
+        inner = self._rule_of_group.get(match.lastindex or 0)
+        if inner is None or inner in _CONTEXT_RULES or inner in ("pseudonym", "base64_blob"):
+            return rule, value
+        accept = self._accept.get(inner)
+        if accept is not None and accept(stripped) != stripped:
+            return rule, value
+        return inner, stripped
 
     def _scan_slots(self, slots: list[_Slot], fired: list[str]) -> None:
         texts = [slot[3] for slot in slots]
@@ -273,16 +370,15 @@ class Redactor:
     def _redact_value(self, text: str, where: str, fired: list[str], depth: int = 0) -> str:
         if text.lstrip()[:1] in ("{", "["):
             try:
-                document = json.loads(text)
+                document = json.loads(text, object_pairs_hook=_no_duplicates)
             except (ValueError, RecursionError):
-                document = _NOT_JSON
+                document = _NOT_JSON  # a repr, truncated or duplicate-key JSON: text below
             if document is not _NOT_JSON:
                 before = len(fired)
                 walked = self._walk(document, where + "$", fired, depth)
-                if len(fired) != before:
-                    text = json.dumps(walked, ensure_ascii=False, separators=(",", ":"))
-        # Always a text pass too: it catches what a parse cannot see (duplicate keys, a
-        # Python repr, truncated JSON) with the key-value and value detectors.
+                if len(fired) == before:
+                    return text
+                return json.dumps(walked, ensure_ascii=False, separators=(",", ":"))
         return self._redact_text(text, where, fired)
 
     def _walk(self, node: Any, path: str, fired: list[str], depth: int) -> Any:
@@ -291,10 +387,8 @@ class Redactor:
         if isinstance(node, str):
             if len(node) < _MIN_SCAN_CHARS:
                 return node
-            if node.lstrip()[:1] in ("{", "["):
-                # JSON inside JSON (a tool call's arguments inside a message): walk it too.
-                return self._redact_value(node, path, fired, depth + 1)
-            return self._redact_text(node, path, fired)
+            # JSON inside JSON (a tool call's arguments inside a message) is walked too.
+            return self._redact_value(node, path, fired, depth + 1)
         if isinstance(node, dict):
             pair_name = node.get("name", node.get("key"))
             if (
@@ -303,31 +397,24 @@ class Redactor:
                 and self._secret_value(pair_name, node["value"])
             ):
                 # {"name": "authorization", "value": "..."}: the value belongs to the name.
-                self._count(fired, f"{path}.value:sensitive_key", "sensitive_key")
-                value = node["value"]
-                plain = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-                node = {**node, "value": self.pseudonym("sensitive_key", plain)}
+                node = {**node, "value": self._replace_json(node["value"], f"{path}.value", fired)}
             out: dict[str, Any] = {}
             for key, value in node.items():
-                child = f"{path}.{key}"
-                new_key = (
+                stored = (
                     self._redact_text(key, path + ".<key>", fired)
                     if len(key) >= _MIN_SCAN_CHARS
                     else key
                 )
+                child = f"{path}.{stored}"
                 if self._secret_value(key, value):
-                    plain = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-                    out[new_key] = self.pseudonym("sensitive_key", plain)
-                    self._count(fired, f"{child}:sensitive_key", "sensitive_key")
+                    out[stored] = self._replace_json(value, child, fired)
                 else:
-                    out[new_key] = self._walk(value, child, fired, depth + 1)
+                    out[stored] = self._walk(value, child, fired, depth + 1)
             return out
         if isinstance(node, list):
             if len(node) == 2 and isinstance(node[0], str) and self._secret_value(node[0], node[1]):
                 # A [name, value] pair, as headers often travel.
-                self._count(fired, f"{path}[1]:sensitive_key", "sensitive_key")
-                plain = node[1] if isinstance(node[1], str) else json.dumps(node[1], sort_keys=True)
-                return [node[0], self.pseudonym("sensitive_key", plain)]
+                return [node[0], self._replace_json(node[1], f"{path}[1]", fired)]
             return [
                 self._walk(value, f"{path}[{index}]", fired, depth + 1)
                 for index, value in enumerate(node)
@@ -340,6 +427,12 @@ class Redactor:
             return node if redacted == as_text else redacted
         return node
 
+    def _replace_json(self, value: Any, where: str, fired: list[str]) -> str:
+        if isinstance(value, str) and re2.fullmatch(_PSEUDONYM, value):
+            return value  # already ours
+        plain = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        return self._replace_whole(plain, where, fired)
+
     def _secret_value(self, key: str, value: Any) -> bool:
         """A value under a sensitive key is replaced whatever it looks like (unless empty or
         explicitly allowed)."""
@@ -350,6 +443,17 @@ class Redactor:
         return is_sensitive_key(key, self._extra_keys)
 
     def _redact_text(self, text: str, where: str, fired: list[str]) -> str:
+        if "%" in text and self._decode_depth < _MAX_DECODE_DEPTH:
+            decoded = _percent_decoded(text)
+            if decoded is not None:
+                before = len(fired)
+                self._decode_depth += 1
+                try:
+                    redacted = self._redact_text(decoded, where, fired)
+                finally:
+                    self._decode_depth -= 1
+                if len(fired) != before:
+                    return redacted  # stored decoded: the secret was hidden by the encoding
         # Matched on UTF-8 bytes: the RE2 wrapper maps every match position back to a
         # character offset on str input, which made dense text twice as slow.
         data = text.encode("utf-8", "surrogatepass")
@@ -359,21 +463,35 @@ class Redactor:
             # lastindex is the rule's own group (it closes after any inner value group);
             # the wrapper's lastgroup recomputes the group table on every call.
             rule = self._rule_of_group.get(match.lastindex or 0)
-            if rule is None:
+            if rule is None or rule == "pseudonym":
                 continue
             start, end = match.span()
+            if rule == "base64_blob":
+                replacement = self._blob(data[start:end], where, fired)
+                if replacement is None:
+                    continue
+                pieces += (data[cursor:start], replacement.encode())
+                cursor = end
+                continue
             quote = False
-            groups = self._value_groups.get(rule, ())
-            for position, group_index in enumerate(groups):
+            for group_index, group_kind in self._value_groups.get(rule, ()):
                 if match.span(group_index)[0] >= 0:
-                    start, end = match.span(group_index)
+                    value_start, end = match.span(group_index)
+                    if group_kind == "block":
+                        end = _block_end(data, start, value_start, end)
                     # An unquoted value (key=value text, or a JSON number/literal).
-                    quote = position == len(groups) - 1 and len(groups) > 1
+                    quote = group_kind == "free"
+                    start = value_start
                     break
             value = data[start:end].decode("utf-8", "surrogatepass")
             if quote:
                 if value in ("null", "true", "false"):
                     continue  # nothing secret, and JSON must stay JSON
+                trimmed = value_in_text(value)
+                if trimmed is None:
+                    continue
+                end = start + len(trimmed.encode())
+                value = trimmed
                 quote = _NUMBER.fullmatch(value) is not None
             if value in self.config.allow_values:
                 continue
@@ -385,8 +503,11 @@ class Redactor:
                 if accepted != value:  # a secret inside the match (it is always a prefix)
                     end = start + len(accepted.encode())
                     value = accepted
+            label = rule
+            if rule in _CONTEXT_RULES:
+                label, value = self._known_secret(rule, value)
             pieces.append(data[cursor:start])
-            pseudonym = self.pseudonym(rule, value)
+            pseudonym = self.pseudonym(label, value)
             pieces.append((f'"{pseudonym}"' if quote else pseudonym).encode())
             cursor = end
             self._count(fired, f"{where}:{rule}", rule)
@@ -395,6 +516,27 @@ class Redactor:
         pieces.append(data[cursor:])
         return b"".join(pieces).decode("utf-8", "surrogatepass")
 
+    def _blob(self, blob: bytes, where: str, fired: list[str]) -> str | None:
+        """A base64 blob that decodes to text holding a secret is replaced whole; any other
+        run of base64 characters (an id, a hash, binary) is left as it is."""
+        if self._decode_depth >= _MAX_DECODE_DEPTH or len(blob) > _MAX_BLOB_CHARS:
+            return None
+        decoded = _base64_text(blob)
+        if decoded is None:
+            return None
+        inner: list[str] = []
+        self._decode_depth += 1
+        try:
+            self._redact_value(decoded, where, inner)
+        finally:
+            self._decode_depth -= 1
+        if not inner:
+            return None
+        rules = sorted({entry.rsplit(":", 1)[-1] for entry in inner})
+        for rule in rules:
+            self._count(fired, f"{where}:base64({rule})", rule)
+        return self.pseudonym("base64_blob", blob.decode("ascii"))
+
     def _count(self, fired: list[str], entry: str, rule: str) -> None:
         fired.append(entry)
         self.stats.redactions += 1
@@ -402,6 +544,48 @@ class Redactor:
 
 
 _NOT_JSON = object()
+_AUTH_SCHEME = re.compile(r"(?i)^(?:bearer|basic|token|digest|apikey)\s+")
+_PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+def _percent_decoded(text: str) -> str | None:
+    if _PERCENT.search(text) is None:
+        return None
+    decoded = unquote(text, errors="strict") if text.isascii() else None
+    return decoded if decoded is not None and decoded != text else None
+
+
+def _base64_text(blob: bytes) -> str | None:
+    if blob.strip(b"=").isalnum() and all(c in b"0123456789abcdefABCDEF" for c in blob):
+        return None  # a hex id or hash
+    padded = blob.rstrip(b"=")
+    padded += b"=" * (-len(padded) % 4)
+    try:
+        raw = (
+            base64.urlsafe_b64decode(padded)
+            if b"_" in blob
+            else base64.b64decode(padded, validate=True)
+        )
+        text = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    printable = sum(1 for c in text if c.isprintable() or c in "\r\n\t")
+    return text if text and printable >= 0.95 * len(text) else None
+
+
+def _block_end(data: bytes, key_start: int, value_start: int, value_end: int) -> int:
+    """Where a YAML block scalar (``password: |`` and its lines) ends: at the first line
+    indented no deeper than the key's own line."""
+    line_start = data.rfind(b"\n", 0, key_start) + 1
+    key_indent = len(data[line_start:key_start]) - len(data[line_start:key_start].lstrip())
+    end = data.find(b"\n", value_start)
+    while 0 <= end < value_end:
+        following = data.find(b"\n", end + 1)
+        line = data[end + 1 : value_end if following < 0 else min(following, value_end)]
+        if len(line) - len(line.lstrip()) <= key_indent:
+            break
+        end = value_end if following < 0 else following
+    return min(end, value_end) if end >= 0 else value_end
 
 
 def _escape_view(text: str) -> str:

@@ -14,7 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-__all__ = ["DETECTORS", "Detector", "RedactionConfig", "is_sensitive_key", "luhn_valid"]
+__all__ = [
+    "DETECTORS",
+    "Detector",
+    "RedactionConfig",
+    "is_sensitive_key",
+    "luhn_valid",
+    "value_in_text",
+]
 
 
 def luhn_valid(digits: str) -> bool:
@@ -73,8 +80,12 @@ _IBAN_LENGTHS = {
 }  # fmt: skip
 
 
+def _iban_compact(text: str) -> str:
+    return text.replace(" ", "").replace("-", "").upper()
+
+
 def _iban(text: str) -> bool:
-    compact = text.replace(" ", "")
+    compact = _iban_compact(text)
     if _IBAN_LENGTHS.get(compact[:2]) != len(compact):
         return False
     rearranged = compact[4:] + compact[:4]
@@ -96,6 +107,29 @@ def _phone(text: str) -> bool:
     if len(digits) == 11 and digits[0] == "1":
         digits = digits[1:]
     return len(digits) == 10 and digits[0] in "23456789" and digits[3] in "23456789"
+
+
+def _phone_canonical(text: str) -> str:
+    digits = _digits(text)
+    if text.lstrip().startswith("00"):
+        digits = digits[2:]
+    if len(digits) == 10 and not text.lstrip().startswith(("+", "00")):
+        digits = "1" + digits  # a North American number written without its country code
+    return digits
+
+
+def value_in_text(value: str) -> str | None:
+    """An unquoted value after a sensitive key runs to the end of its line ("password:
+    correct horse battery staple"); a query string or a list of pairs ends it earlier, and
+    trailing closers and spaces are not part of it."""
+    cut = _NEXT_PAIR.search(value)
+    if cut is not None:
+        value = value[: cut.start()]
+    value = value.rstrip(" \t\u00a0,;)}]>'`")
+    return value if len(value) >= 3 else None
+
+
+_NEXT_PAIR = re.compile(r"&[\w.-]+=|[,;]\s*[\w.-]+\s*[:=]|\s+\w+[\w.-]*=")
 
 
 def _whole(predicate: Callable[[str], bool]) -> Callable[[str], str | None]:
@@ -121,6 +155,9 @@ class Detector:
     accept: Callable[[str], str | None] | None = None
     """The part of a match that is the secret (often all of it), or None for a look-alike
     (a failed checksum, an asset name); None as the field: every match is a secret."""
+    canonical: Callable[[str], str] | None = None
+    """The form the pseudonym is keyed on, where the kind has one (a card's digits, an
+    address in lower case), so every written form of one secret gets one pseudonym."""
 
 
 # Character classes never include NUL: spans are scanned as NUL-joined segments, and no
@@ -200,7 +237,7 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "cookie_header",
-        r"(?i:\b(?:set-)?cookie)[\"']?\s*[:=]\s*[\"']?(?P<cookie_header__value>[^\r\n\"'\\\x00]{6,})",
+        r"(?i:\b(?:set-)?cookie)[\"']?\s*[:=]\s*[\"']?(?P<cookie_header__value>[^\r\n\"'\\<\x00][^\r\n\"'\\\x00]{5,})",
     ),
     Detector(
         "url_credentials",
@@ -212,14 +249,18 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?:^|\s)(?:-u|--user)[= ]+['\"]?[^\s:'\"\x00]+:(?P<cli_credentials__value>[^\s'\"\x00]{3,})",
     ),
     # "password: x", "DB_PASSWORD=x", "'api_key': 'x'", '"secret":"x"', "pwd=x&" in text,
-    # logs, env dumps, reprs, query strings or broken JSON; the value is what is replaced.
-    # Values already pseudonymized (<...>) stay.
+    # logs, env dumps, reprs, query strings, YAML or broken JSON; the whole value is replaced:
+    # to the closing quote, to the end of a PEM block or of an indented YAML block scalar,
+    # or else to the end of the line (``__free``: trimmed by ``value_in_text``). Values
+    # already pseudonymized (<...>) stay.
     Detector(
         "key_value_secret",
-        rf"(?i)\b[a-z0-9._-]*?(?:{_PASSWORD_KEYS})[a-z0-9_-]*[\"']?\s*[:=]\s*"
-        r"(?:\"(?P<key_value_secret__value>[^\"<\x00][^\"\x00]{0,199})\"|"
-        r"'(?P<key_value_secret__value2>[^'<\x00][^'\x00]{0,199})'|"
-        r"(?P<key_value_secret__value3>[^\s\"',;&}\]<\x00][^\s\"',;&}\]\x00]{2,}))",
+        rf"(?i)\b[a-z0-9._-]*?(?:{_PASSWORD_KEYS})[a-z0-9_-]*[\"']?[ \t]*[:=][ \t]*"
+        r"(?:\"(?P<key_value_secret__value>[^\"<\x00][^\"\x00]*)\"|"
+        r"'(?P<key_value_secret__value2>[^'<\x00][^'\x00]*)'|"
+        r"(?P<key_value_secret__value3>-----BEGIN [A-Z0-9 ]{0,64}-----[^\x00]*?(?:-----END [A-Z0-9 ]{0,64}-----|$))|"
+        r"(?P<key_value_secret__block>[|>][-+]?[ \t]*(?:\r?\n[ \t]+[^\r\n\x00]*)+)|"
+        r"(?P<key_value_secret__free>[^\s\"',;&}\]<\x00][^\r\n\"<\x00]{2,}))",
     ),
     # Token-like keys ("access_token=…", "JSESSIONID=…"); "max_tokens: 512" is not one (the
     # value must hold a letter).
@@ -229,21 +270,39 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?P<key_value_token__value>[A-Za-z0-9._~+/=-]{8,})",
         _whole(lambda value: any(c.isalpha() for c in value)),
     ),
+    # <password>…</password>, <apiKey>…</apiKey>; <accessToken>…</accessToken> (a token holds a
+    # letter: <max_tokens>512</max_tokens> is a count).
+    Detector(
+        "xml_secret",
+        rf"<(?i:[a-z0-9_.:-]*?(?:{_PASSWORD_KEYS})[a-z0-9_.-]*)(?:[ \t][^>\x00]*)?>"
+        r"\s*(?P<xml_secret__value>[^<\s\x00][^<\x00]*)<",
+    ),
+    Detector(
+        "xml_token",
+        rf"<(?i:[a-z0-9_.:-]*?(?:{_TOKEN_KEYS})[a-z0-9_.-]*)(?:[ \t][^>\x00]*)?>"
+        r"\s*(?P<xml_token__value>[^<\s\x00][^<\x00]*)<",
+        _whole(lambda value: any(c.isalpha() for c in value)),
+    ),
     Detector(
         "email",
         r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
         _whole(lambda value: value.rsplit(".", 1)[-1].lower() not in _FILE_EXTENSIONS),
+        str.lower,
     ),
-    Detector("us_ssn", r"\b\d{3}[- ]\d{2}[- ]\d{4}\b", _whole(_ssn)),
-    Detector("credit_card", rf"\b\d(?:{_SEP}?\d){{12,18}}\b", _card_in),
+    Detector("us_ssn", r"\b\d{3}[- ]\d{2}[- ]\d{4}\b", _whole(_ssn), _digits),
+    Detector("credit_card", rf"\b\d(?:{_SEP}?\d){{12,18}}\b", _card_in, _digits),
     Detector(
-        "iban", r"\b[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]{4}){2,7}(?:[ -]?[A-Z0-9]{1,4})?\b", _whole(_iban)
+        "iban",
+        r"\b(?i:[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]{4}){2,7}(?:[ -]?[A-Z0-9]{1,4})?)\b",
+        _whole(_iban),
+        _iban_compact,
     ),
     Detector(
         "phone",
         rf"(?:\+\d{{1,3}}{_SEP}?)?\(?\b\d{{3}}\)?{_SEP}?\d{{3}}{_SEP}\d{{4}}\b"
         rf"|(?:\+|\b00)\d{{1,3}}(?:{_SEP}?\(?0?\)?{_SEP}?\d{{1,4}}){{2,6}}\b",
         _whole(_phone),
+        _phone_canonical,
     ),
 )
 

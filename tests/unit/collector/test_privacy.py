@@ -59,7 +59,7 @@ max_body_bytes = 2048
     truncator(redactor([record]))
     assert record.span_attributes["a"].startswith("<employee_id:")
     assert "+1 415-555-0132 or support@shop.example" in record.span_attributes["a"]
-    assert record.span_attributes["loyalty_number"].startswith("<sensitive_key:")
+    assert record.span_attributes["loyalty_number"].startswith("<secret:")
     assert record.truncated
 
 
