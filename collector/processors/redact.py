@@ -66,7 +66,7 @@ _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@
 _PSEUDONYM = r"<[a-z0-9_]{1,64}:[0-9a-f]{12}>"
 # A base64 run long enough to hold a credential; tried last, so a detector matching at the
 # same place (an Azure key, a JWT) wins.
-_BASE64_BLOB = r"\b[A-Za-z0-9+/_]{32,}={0,2}"
+_BASE64_BLOB = r"\b[A-Za-z0-9+/]{32,}={0,2}"
 _MAX_BLOB_CHARS = 256 * 1024
 _MAX_DECODE_DEPTH = 2  # base64 in base64, percent-encoding in base64: and no further
 # Rules that find a secret by what surrounds it (a key name, a header): when the value is
@@ -556,17 +556,12 @@ def _percent_decoded(text: str) -> str | None:
 
 
 def _base64_text(blob: bytes) -> str | None:
-    if blob.strip(b"=").isalnum() and all(c in b"0123456789abcdefABCDEF" for c in blob):
+    if all(c in b"0123456789abcdefABCDEF" for c in blob):
         return None  # a hex id or hash
     padded = blob.rstrip(b"=")
     padded += b"=" * (-len(padded) % 4)
     try:
-        raw = (
-            base64.urlsafe_b64decode(padded)
-            if b"_" in blob
-            else base64.b64decode(padded, validate=True)
-        )
-        text = raw.decode("utf-8")
+        text = base64.b64decode(padded, validate=True).decode("utf-8")
     except (binascii.Error, ValueError):
         return None
     printable = sum(1 for c in text if c.isprintable() or c in "\r\n\t")

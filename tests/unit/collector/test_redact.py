@@ -201,9 +201,7 @@ def test_json_bodies_are_walked_and_stay_valid(redactor: Redactor) -> None:
     assert args["card"]["number"].startswith("<credit_card:")
     assert args["card"]["exp"] == "12/29"
     assert args["password"].startswith("<secret:")
-    assert args["pin"].startswith("<secret:"), (
-        "a sensitive key's value goes whatever its type"
-    )
+    assert args["pin"].startswith("<secret:"), "a sensitive key's value goes whatever its type"
     assert set(record.redactions) == {
         "attr.gen_ai.input.messages$[3].content:credit_card",
         "attr.gen_ai.input.messages$[3].content:email",
