@@ -18,6 +18,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from collector.errors import InvalidRequest
 from collector.model import SpanRecord
@@ -92,12 +93,45 @@ def decode_json(raw: bytes) -> ExportTraceServiceRequest:
         RecursionError,
         SystemError,  # protobuf's JSON parser on a lone surrogate in a key
     ) as exc:
-        # The parser quotes the offending value back: keep only the field path it names.
-        fields = ".".join(_PARSE_FIELD.findall(str(exc))) or "a field"
+        # The parser quotes the offending value back: keep only the field path it names, and
+        # say where (which span) by parsing the parts one by one.
+        where = _locate(document)
+        fields = _PARSE_FIELD.findall(str(exc))[where.count("[") :]
+        field = f"field {'.'.join(fields)}" if fields else "a field"
         raise InvalidRequest(
-            f"body is not an OTLP/JSON ExportTraceServiceRequest: {fields} has a value of the wrong type or form"
+            f"body is not an OTLP/JSON ExportTraceServiceRequest: {where}{field} "
+            "has a value of the wrong type or form"
         ) from None
     return request
+
+
+def _locate(document: dict[str, Any]) -> str:
+    """``resourceSpans[i].scopeSpans[j].spans[k]: `` of the first part that fails to parse
+    on its own, or "" (an error path only: it parses the request again, piece by piece)."""
+    parts: list[tuple[str, Any, type[Any]]] = []
+    for i, resource_spans in enumerate(_items(document.get("resourceSpans"))):
+        if not isinstance(resource_spans, dict):
+            return f"resourceSpans[{i}]: "
+        resource = {k: v for k, v in resource_spans.items() if k != "scopeSpans"}
+        parts.append((f"resourceSpans[{i}]", resource, trace_pb2.ResourceSpans))
+        for j, scope_spans in enumerate(_items(resource_spans.get("scopeSpans"))):
+            if not isinstance(scope_spans, dict):
+                return f"resourceSpans[{i}].scopeSpans[{j}]: "
+            scope = {k: v for k, v in scope_spans.items() if k != "spans"}
+            parts.append((f"resourceSpans[{i}].scopeSpans[{j}]", scope, trace_pb2.ScopeSpans))
+            for k, span in enumerate(_items(scope_spans.get("spans"))):
+                name = f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
+                parts.append((name, span, trace_pb2.Span))
+    for name, part, message in parts:
+        try:
+            json_format.ParseDict(part, message(), ignore_unknown_fields=True)
+        except Exception:  # any failure locates the part
+            return f"{name}: "
+    return ""
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def value_to_str(value: Any) -> str:
@@ -119,10 +153,16 @@ def value_to_str(value: Any) -> str:
 
 
 def _bytes_text(raw: bytes) -> str:
-    # Text sent as bytes stays text, so redaction can read it; binary is kept as base64.
+    # Text sent as bytes stays text, so redaction can read it — also with a stray byte that
+    # is not UTF-8 (shown as \xNN); binary is kept as base64 (whose text the redactor
+    # decodes and scans).
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
+        text = raw.decode("utf-8", "backslashreplace")
+        printable = sum(1 for c in text if c.isprintable() or c in "\r\n\t")
+        if printable >= 0.9 * len(text):
+            return text
         return "base64:" + base64.b64encode(raw).decode()
 
 

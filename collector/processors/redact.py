@@ -64,9 +64,9 @@ _PSEUDONYM_CACHE = 16_384
 _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
 # Our own output: never scanned again (a replay sends stored, pseudonymized text back in).
 _PSEUDONYM = r"<[a-z0-9_]{1,64}:[0-9a-f]{12}>"
-# A base64 run long enough to hold a credential; tried last, so a detector matching at the
-# same place (an Azure key, a JWT) wins.
-_BASE64_BLOB = r"\b[A-Za-z0-9+/]{32,}={0,2}"
+# A base64 run long enough to hold a credential (or any bytes value the decoder kept as
+# "base64:…"); tried last, so a detector matching at the same place (an Azure key) wins.
+_BASE64_BLOB = r"base64:[A-Za-z0-9+/]{4,}={0,2}|(?:\b|[+/])[A-Za-z0-9+/]{31,}={0,2}"
 _MAX_BLOB_CHARS = 256 * 1024
 _MAX_DECODE_DEPTH = 2  # base64 in base64, percent-encoding in base64: and no further
 # Rules that find a secret by what surrounds it (a key name, a header): when the value is
@@ -521,7 +521,7 @@ class Redactor:
         run of base64 characters (an id, a hash, binary) is left as it is."""
         if self._decode_depth >= _MAX_DECODE_DEPTH or len(blob) > _MAX_BLOB_CHARS:
             return None
-        decoded = _base64_text(blob)
+        decoded = _base64_text(blob.removeprefix(b"base64:"))
         if decoded is None:
             return None
         inner: list[str] = []
@@ -556,16 +556,29 @@ def _percent_decoded(text: str) -> str | None:
 
 
 def _base64_text(blob: bytes) -> str | None:
+    """The text a base64 blob holds: all of it when it decodes to text, else its printable
+    runs (as ``strings`` finds them), so a key inside a binary payload is still seen."""
     if all(c in b"0123456789abcdefABCDEF" for c in blob):
         return None  # a hex id or hash
     padded = blob.rstrip(b"=")
     padded += b"=" * (-len(padded) % 4)
     try:
-        text = base64.b64decode(padded, validate=True).decode("utf-8")
+        raw = base64.b64decode(padded, validate=True)
     except (binascii.Error, ValueError):
         return None
-    printable = sum(1 for c in text if c.isprintable() or c in "\r\n\t")
-    return text if text and printable >= 0.95 * len(text) else None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    else:
+        printable = sum(1 for c in text if c.isprintable() or c in "\r\n\t")
+        if text and printable >= 0.95 * len(text):
+            return text
+    runs = _PRINTABLE_RUN.findall(raw)
+    return b"\n".join(runs).decode("ascii") if runs else None
+
+
+_PRINTABLE_RUN = re.compile(rb"[\x20-\x7e\t]{6,}")
 
 
 def _block_end(data: bytes, key_start: int, value_start: int, value_end: int) -> int:

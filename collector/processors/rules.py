@@ -121,7 +121,8 @@ def _phone_canonical(text: str) -> str:
 def value_in_text(value: str) -> str | None:
     """An unquoted value after a sensitive key runs to the end of its line ("password:
     correct horse battery staple"); a query string or a list of pairs ends it earlier, and
-    trailing closers and spaces are not part of it."""
+    trailing closers and spaces are not part of it. ``PASSWORD=x USER=y`` on one line loses
+    ``USER=y`` too: a space cannot tell a second pair from a password holding "=" ."""
     cut = _NEXT_PAIR.search(value)
     if cut is not None:
         value = value[: cut.start()]
@@ -129,7 +130,7 @@ def value_in_text(value: str) -> str | None:
     return value if len(value) >= 3 else None
 
 
-_NEXT_PAIR = re.compile(r"&[\w.-]+=|[,;]\s*[\w.-]+\s*[:=]|\s+\w+[\w.-]*=")
+_NEXT_PAIR = re.compile(r"&[\w.-]+=|[,;]\s*[\w.-]+\s*[:=]")
 
 
 def _whole(predicate: Callable[[str], bool]) -> Callable[[str], str | None]:
