@@ -57,15 +57,44 @@ _WORDS = [
 ]
 
 
+_KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _email(rng: random.Random, domain: str = "-mail.example") -> str:
+    return f"{rng.choice(_WORDS)}.{rng.randrange(10**4)}@{rng.choice(_WORDS)}{domain}"
+
+
+def _api_key(rng: random.Random, length: int = 40) -> str:
+    return "sk-proj-" + "".join(rng.choice(_KEY_ALPHABET) for _ in range(length))
+
+
+def _card(rng: random.Random) -> str:
+    """A Luhn-valid 16-digit card number (4-4-4-4), made up at run time."""
+    payload = "4" + "".join(rng.choice("0123456789") for _ in range(14))
+    total = 0
+    for index, char in enumerate(reversed(payload)):
+        value = int(char) * (2 if index % 2 == 0 else 1)
+        total += value - 9 if value > 9 else value
+    digits = payload + str((10 - total % 10) % 10)
+    return " ".join(digits[i : i + 4] for i in range(0, 16, 4))
+
+
 def _personal(rng: random.Random) -> str:
     """An e-mail address, a phone number or an API key, made up at run time."""
     choice = rng.randrange(3)
     if choice == 0:
-        return f"{rng.choice(_WORDS)}.{rng.randrange(10**4)}@{rng.choice(_WORDS)}-mail.example"
+        return _email(rng)
     if choice == 1:
         return f"+1 415-{rng.randrange(200, 999)}-{rng.randrange(10**4):04d}"
-    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-    return "sk-proj-" + "".join(rng.choice(alphabet) for _ in range(40))
+    return _api_key(rng)
+
+
+def _dense_text(rng: random.Random, groups: int = 20) -> str:
+    """Three secrets (an e-mail, a card, a key) every ~100 bytes: one every ~30 bytes."""
+    return "".join(
+        f"mail {_email(rng, '.example')} card {_card(rng)} key {_api_key(rng, 26)} "
+        for _ in range(groups)
+    )
 
 
 def _text(rng: random.Random, size: int, secret_every_bytes: int = 0) -> str:
@@ -299,10 +328,7 @@ def redaction_mb_per_s(
 
     clean, realistic = mb_per_s(requests), mb_per_s(realistic_requests)
 
-    dense_text = (
-        "mail jane.doe@example.com card 4111 1111 1111 1111 key sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv "
-        * 20
-    )
+    dense_text = _dense_text(random.Random(7))
     dense = [to_records(decode_protobuf(raw), "bench", 1).records for raw in requests[:10]]
     dense_size = 0
     for records in dense:

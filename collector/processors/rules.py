@@ -93,6 +93,16 @@ def _iban(text: str) -> bool:
     return int(number) % 97 == 1
 
 
+def _iban_in(text: str) -> str | None:
+    """The IBAN in a match: all of it, or its longest valid prefix (written in lower case,
+    the pattern cannot tell where the account number ends and the next word begins)."""
+    for end in range(len(text), 14, -1):
+        candidate = text[:end]
+        if candidate[-1] not in " -" and _iban(candidate):
+            return candidate
+    return None
+
+
 def _ssn(text: str) -> bool:
     area, group, serial = re.split(r"[- ]", text)
     return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
@@ -295,7 +305,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "iban",
         r"\b(?i:[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]{4}){2,7}(?:[ -]?[A-Z0-9]{1,4})?)\b",
-        _whole(_iban),
+        _iban_in,
         _iban_compact,
     ),
     Detector(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import string
 from typing import Any
 
@@ -13,35 +14,79 @@ from hypothesis import strategies as st
 from collector.model import SpanRecord
 from collector.processors.redact import FAILED_SENTINEL, Redactor
 from collector.processors.rules import Detector, RedactionConfig, luhn_valid
+from tests.secret_corpus import (
+    CORE_KINDS,
+    card_digits,
+    gen_anthropic_key,
+    gen_aws_access_key,
+    gen_bearer_token,
+    gen_email,
+    gen_github_token,
+    gen_jwt,
+    gen_openai_key,
+    gen_pem_bare,
+    gen_phone_e164,
+    gen_phone_nanp,
+    gen_url_credentials,
+    gen_us_ssn,
+)
 
 KEY = b"unit-test-redaction-key"
 
+# Every secret is generated at run time (nothing secret-shaped is written in the repository)
+# from a fixed seed, so that parametrized test ids and values are the same in every process.
+_rng = random.Random(20261130)
+_ALNUM = string.ascii_letters + string.digits
+
+
+def _chars(alphabet: str, count: int) -> str:
+    return "".join(_rng.choice(alphabet) for _ in range(count))
+
+
+def _digits(count: int) -> str:
+    return _rng.choice("123456789") + _chars(string.digits, count - 1)
+
+
+OPENAI = gen_openai_key(_rng)
+BEARER = gen_bearer_token(_rng)
+PEM = gen_pem_bare(_rng)
+URL_CREDENTIALS = gen_url_credentials(_rng)
+CARD = CORE_KINDS["card_spaced"].generate(_rng).text
+CARD_DIGITS = CARD.replace(" ", "")
+EMAIL = gen_email(_rng).text
+
 SECRETS: dict[str, str] = {
-    "openai_key": "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z",
-    "anthropic_key": "sk-ant-api03-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg",
-    "aws_access_key": "AKIAIOSFODNN7EXAMPLE",
-    "github_token": "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
-    "slack_token": "xoxb-123456789012-abcdefghijkl",
-    "stripe_key": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
-    "google_api_key": "AIza" + "SyD-1234567890abcdefghijklmnopqrstu",
-    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
-    "bearer_token": "Bearer 9f8e7d6c5b4a3f2e1d0c9b8a",
-    "pem_private_key": "-----BEGIN RSA PRIVATE KEY-----\nMIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu\n-----END RSA PRIVATE KEY-----",
-    "url_credentials": "postgres://admin:hunter2-db@db.internal:5432/orders",
-    "email": "jane.doe@example.com",
-    "phone": "+1 415-555-0132",
-    "phone_nanp": "(415) 555-0132",
-    "credit_card": "4111 1111 1111 1111",
-    "iban": "DE89 3704 0044 0532 0130 00",
-    "us_ssn": "123-45-6789",
+    "openai_key": OPENAI.text,
+    "anthropic_key": gen_anthropic_key(_rng).text,
+    "aws_access_key": gen_aws_access_key(_rng).text,
+    "github_token": gen_github_token(_rng).text,
+    "slack_token": f"xoxb-{_digits(12)}-{_digits(13)}-{_chars(_ALNUM, 24)}",
+    "stripe_key": "sk_live_" + _chars(_ALNUM, 24),
+    "google_api_key": "AIza" + _chars(_ALNUM + "_-", 34) + _rng.choice(_ALNUM),
+    "jwt": gen_jwt(_rng).text,
+    "bearer_token": f"Bearer {BEARER.parts[0]}",
+    "pem_private_key": PEM.text,
+    "url_credentials": URL_CREDENTIALS.text,
+    "email": EMAIL,
+    "phone": gen_phone_e164(_rng).text,
+    "phone_nanp": gen_phone_nanp(_rng).text,
+    "credit_card": CARD,
+    "iban": CORE_KINDS["iban_spaced"].generate(_rng).text,
+    "us_ssn": gen_us_ssn(_rng).text,
 }
 # The part of each secret that must never be stored (the scheme or "Bearer " may stay).
 SECRET_CORES = {
     **SECRETS,
-    "bearer_token": "9f8e7d6c5b4a3f2e1d0c9b8a",
-    "url_credentials": "admin:hunter2-db",
-    "pem_private_key": "MIIBOgIBAAJBAKj34GkxFhD90vcNLYLInFEX6Ppy1tPf9Cnzj4p4WGeKLs1Pt8Qu",
+    "bearer_token": BEARER.parts[0],
+    "url_credentials": URL_CREDENTIALS.parts[-1],  # user:password
+    "pem_private_key": PEM.parts[0],  # the first line of the body
 }
+# For the bypass cases below: the key inside a longer text, a private key without its end.
+OPENAI_BODY = OPENAI.parts[0]
+_PEM_HEAD = gen_pem_bare(_rng)
+PEM_WITHOUT_END = "\n".join(_PEM_HEAD.text.split("\n")[:2])
+PEM_WITHOUT_END_BODY = _PEM_HEAD.parts[0]
+SPACED_SSN = gen_us_ssn(_rng).text.replace("-", " ")
 
 LOOK_ALIKES = [
     "550e8400-e29b-41d4-a716-446655440000",  # UUID
@@ -114,7 +159,7 @@ def redactor() -> Redactor:
     return Redactor(KEY)
 
 
-@pytest.mark.parametrize(("rule", "secret"), sorted(SECRETS.items()))
+@pytest.mark.parametrize(("rule", "secret"), sorted(SECRETS.items()), ids=sorted(SECRETS))
 def test_each_detector_replaces_its_secret_with_a_typed_pseudonym(
     redactor: Redactor, rule: str, secret: str
 ) -> None:
@@ -184,7 +229,7 @@ def test_json_bodies_are_walked_and_stay_valid(redactor: Redactor) -> None:
         {"role": "user", "content": f"card {SECRETS['credit_card']}, mail {SECRETS['email']}"},
     ]
     arguments = {
-        "card": {"number": "4111111111111111", "exp": "12/29"},
+        "card": {"number": CARD_DIGITS, "exp": "12/29"},
         "password": "hunter2",
         "pin": 4321,
     }
@@ -195,8 +240,9 @@ def test_json_bodies_are_walked_and_stay_valid(redactor: Redactor) -> None:
     redactor([record])
     walked = json.loads(record.span_attributes["gen_ai.input.messages"])
     assert walked[1]["content"] == "order A-1001"
-    assert "4111" not in walked[3]["content"]
-    assert "jane.doe" not in walked[3]["content"]
+    assert CARD not in walked[3]["content"]
+    assert CARD_DIGITS not in walked[3]["content"].replace(" ", "")
+    assert EMAIL.split("@")[0] not in walked[3]["content"]
     args = json.loads(record.input)
     assert args["card"]["number"].startswith("<credit_card:")
     assert args["card"]["exp"] == "12/29"
@@ -231,9 +277,10 @@ def test_sensitive_attribute_keys_are_replaced_whatever_the_value(redactor: Reda
 
 
 def test_escaped_json_cannot_smuggle_a_secret(redactor: Redactor) -> None:
-    record = span(input='{"note": "write to jane.doe\\u0040example.com"}')
+    local, domain = EMAIL.split("@")
+    record = span(input=f'{{"note": "write to {local}\\u0040{domain}"}}')
     redactor([record])
-    assert "jane.doe" not in json.loads(record.input)["note"]
+    assert local not in json.loads(record.input)["note"]
 
 
 def test_pseudonyms_are_stable_per_key_and_differ_across_keys() -> None:
@@ -252,7 +299,7 @@ def test_pseudonyms_are_stable_per_key_and_differ_across_keys() -> None:
 
 
 def test_unprocessable_content_fails_closed(redactor: Redactor) -> None:
-    deep: Any = "jane.doe@example.com"
+    deep: Any = EMAIL
     for _ in range(200):
         deep = [deep]
     record = span(input=json.dumps(deep), span_attributes={"ok": "fine"})
@@ -273,25 +320,26 @@ def test_configuration_disables_allows_and_extends() -> None:
     )
     record = span(
         span_attributes={
-            "a": "call +1 415-555-0132 or support@shop.example, not jane.doe@example.com",
-            "customer.contact": "jane.doe@example.com",
+            "a": f"call {SECRETS['phone']} or support@shop.example, not {EMAIL}",
+            "customer.contact": EMAIL,
             "loyalty_number": "LN-42",
             "b": "by EMP-123456",
         }
     )
     Redactor(KEY, config)([record])
     attrs = record.span_attributes
-    assert "+1 415-555-0132" in attrs["a"]
+    assert SECRETS["phone"] in attrs["a"]
     assert "support@shop.example" in attrs["a"]
-    assert "jane.doe" not in attrs["a"]
-    assert attrs["customer.contact"] == "jane.doe@example.com"
+    assert EMAIL not in attrs["a"]
+    assert attrs["customer.contact"] == EMAIL
     assert attrs["loyalty_number"].startswith("<secret:")
     assert attrs["b"] == "by <employee_id:" + attrs["b"].split(":", 1)[1]
 
 
 def test_luhn() -> None:
-    assert luhn_valid("4111111111111111")
-    assert not luhn_valid("4111111111111112")
+    assert luhn_valid(CARD_DIGITS)
+    assert all(luhn_valid(card_digits(_rng)) for _ in range(20))
+    assert not any(luhn_valid(card_digits(_rng, valid=False)) for _ in range(20))
 
 
 # --- property: random JSON with embedded secrets never leaks and never crashes ------------
@@ -366,8 +414,8 @@ def test_random_json_with_secrets_never_leaks(
             '{"t":"Authorization: Bearer\\nabcdefghijklmnopqrstuvwxyz"}',
             "abcdefghijklmnopqrstuvwxyz",
         ),
-        ("pay with 4111 1111 1111 1111 123", "4111 1111 1111 1111"),
-        ('{"cc": 4111111111111111.0}', "4111111111111111"),
+        (f"pay with {CARD} 123", CARD),
+        (f'{{"cc": {CARD_DIGITS}.0}}', CARD_DIGITS),
         ('{"db": {"password.value": "hunter2xyz"}}', "hunter2xyz"),
     ],
     ids=[
@@ -404,13 +452,13 @@ def test_link_trace_state_and_dotted_attribute_keys(redactor: Redactor) -> None:
         span_attributes={"db.password.value": "x1", "gen_ai.usage.input_tokens": "5"},
         link_trace_ids=["a" * 32],
         link_span_ids=["b" * 16],
-        link_trace_states=["vendor=jane.doe@example.com"],
+        link_trace_states=[f"vendor={EMAIL}"],
         link_attributes=[{}],
     )
     redactor([record])
     assert record.span_attributes["db.password.value"].startswith("<secret:")
     assert record.span_attributes["gen_ai.usage.input_tokens"] == "5"
-    assert "jane.doe" not in record.link_trace_states[0]
+    assert EMAIL not in record.link_trace_states[0]
 
 
 def test_name_value_pairs_and_header_lists(redactor: Redactor) -> None:
@@ -435,13 +483,10 @@ def test_name_value_pairs_and_header_lists(redactor: Redactor) -> None:
     ("text", "leak"),
     [
         (
-            '[{"role":"user","content":"My card:\\n4111111111111111, key:\\nsk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"}]',
-            "4111111111111111",
+            f'[{{"role":"user","content":"My card:\\n{CARD_DIGITS}, key:\\n{OPENAI.text}"}}]',
+            CARD_DIGITS,
         ),
-        (
-            '[{"role":"user","content":"key:\\nsk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"}]',
-            "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z",
-        ),
+        (f'[{{"role":"user","content":"key:\\n{OPENAI.text}"}}]', OPENAI_BODY),
         ("DB_PASSWORD=hunter2xyz\nHOME=/root", "hunter2xyz"),
         ("export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG", "wJalrXUtnFEMIK7MDENG"),
         ("dbPassword: hunter2xyz", "hunter2xyz"),
@@ -450,14 +495,11 @@ def test_name_value_pairs_and_header_lists(redactor: Redactor) -> None:
         ("redis://:hunter2xyz@cache:6379/0", "hunter2xyz"),
         ("https://app/login?user=bob&pwd=hunter2xyz&x=1", "hunter2xyz"),
         ("JSESSIONID=abcdef123456XYZ", "abcdef123456XYZ"),
-        (
-            "-----BEGIN RSA PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
-            "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
-        ),
+        (PEM_WITHOUT_END, PEM_WITHOUT_END_BODY),
         ("BEARER abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz"),
         ("call (415)555-0132 or +33 6 12 34 56 78", "12 34 56 78"),
-        ("card 4111.1111.1111.1111", "4111.1111.1111.1111"),
-        ("SSN 123 45 6789", "123 45 6789"),
+        (f"card {CARD.replace(' ', '.')}", CARD.replace(" ", ".")),
+        (f"SSN {SPACED_SSN}", SPACED_SSN),
         ("curl -u bob:hunter2xyz https://api.example", "hunter2xyz"),
     ],
     ids=[
