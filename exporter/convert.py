@@ -268,16 +268,22 @@ class SpanConverter:
 
     # --- spans ---------------------------------------------------------------------------
     def convert(
-        self, span: Span[Any], tools_offered: list[dict[str, Any]] | None = None
+        self,
+        span: Span[Any],
+        tools_offered: list[dict[str, Any]] | None = None,
+        run_start: RunStart | None = None,
     ) -> ReadableSpan:
         """One finished SDK span -> one OTel span. ``tools_offered``: definitions the model
-        was given, when they are not on the span itself (the Chat Completions path)."""
+        was given, when they are not on the span itself (the Chat Completions path);
+        ``run_start``: what the runner started a task span with."""
         data = span.span_data
         span_type = str(getattr(data, "type", "unknown"))
         method = getattr(self, f"_convert_{span_type}", None)
         draft: _Draft = (
             method(span, data, tools_offered) if method else self._convert_unknown(span, data)
         )
+        if run_start is not None:
+            self._run_start(draft, run_start)
         draft.put(sc.AFR_SPAN_TYPE, span_type)
         draft.put(sc.AFR_SDK_SPAN_ID, span.span_id)
         draft.put(sc.AFR_SDK_TRACE_ID, span.trace_id)
@@ -323,6 +329,20 @@ class SpanConverter:
             start_time=start,
             end_time=end,
         )
+
+    def _run_start(self, draft: _Draft, run_start: RunStart) -> None:
+        run_input = run_start.input
+        if not getattr(run_start.run_config, "trace_include_sensitive_data", True):
+            run_input = None  # the run asked the SDK to keep content out of its traces
+        if isinstance(run_input, str):
+            self._content(draft, sc.AFR_RUN_INPUT, run_input)
+        elif isinstance(run_input, list):  # input items; a resumed RunState is not an input
+            self._content(draft, sc.AFR_RUN_INPUT, to_json(messages.as_plain(run_input)))
+        if isinstance(run_start.max_turns, int):
+            draft.put(sc.AFR_RUN_MAX_TURNS, run_start.max_turns)
+        settings = agents_settings(run_start.starting_agent, run_start.run_config)
+        if settings:
+            draft.put(sc.AFR_AGENTS_SETTINGS, to_json(settings))
 
     def _content(self, draft: _Draft, key: str, value: Any) -> None:
         if self._capture_content:
@@ -546,6 +566,42 @@ class SpanConverter:
             exported = None
         self._content(draft, sc.AFR_SPAN_DATA, exported)
         return draft
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What ``Runner.run`` was called with, as the runner frame holds it."""
+
+    input: Any
+    max_turns: Any
+    starting_agent: Any
+    run_config: Any
+
+
+_MAX_AGENTS = 64
+
+
+def _set_settings(settings: Any) -> dict[str, Any]:
+    dump = getattr(settings, "to_json_dict", None)
+    if not callable(dump):
+        return {}
+    return {k: v for k, v in dump().items() if v is not None}
+
+
+def agents_settings(starting_agent: Any, run_config: Any) -> dict[str, dict[str, Any]]:
+    """``{agent name: model settings it set}`` for the agents reachable by handoffs (the run
+    config's settings override the agent's, as the runner applies them)."""
+    overrides = _set_settings(getattr(run_config, "model_settings", None))
+    out: dict[str, dict[str, Any]] = {}
+    pending = [starting_agent]
+    while pending and len(out) < _MAX_AGENTS:
+        agent = pending.pop()
+        name = getattr(agent, "name", None)
+        if not isinstance(name, str) or name in out:
+            continue
+        out[name] = {**_set_settings(getattr(agent, "model_settings", None)), **overrides}
+        pending += [h for h in getattr(agent, "handoffs", None) or [] if hasattr(h, "handoffs")]
+    return out
 
 
 def _text_message(role: str, text: str | None) -> list[dict[str, Any]] | None:

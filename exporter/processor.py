@@ -9,7 +9,9 @@ usually the agent's event loop):
 - ``on_trace_start`` / ``on_trace_end`` enqueue a timestamped marker the same way.
 - ``on_span_start`` does nothing except for model spans of the Chat Completions path,
   whose tool schemas are not on the span: it keeps a reference to the ``tools`` and
-  ``handoffs`` arguments of the ``Model.get_response`` call that opened the span.
+  ``handoffs`` arguments of the ``Model.get_response`` call that opened the span; and for
+  the task span of a ``Runner.run``: a reference to the run's input, ``max_turns``, starting
+  agent and run config (no span carries them; a replay needs them).
 - One daemon worker thread converts (``SpanConverter``) and exports batches through the
   OpenTelemetry OTLP exporter, which retries within its own timeout. A batch that still
   fails is counted as dropped; nothing ever raises into the agent.
@@ -29,11 +31,11 @@ from types import FrameType
 from typing import Any
 
 from agents.tracing import Span, Trace, TracingProcessor
-from agents.tracing.span_data import GenerationSpanData
+from agents.tracing.span_data import GenerationSpanData, TaskSpanData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from exporter.convert import SpanConverter, tool_definitions
+from exporter.convert import RunStart, SpanConverter, tool_definitions
 
 __all__ = ["AfrTracingProcessor", "ExporterStats"]
 
@@ -91,6 +93,7 @@ class AfrTracingProcessor(TracingProcessor):
         self._shutdown_timeout_s = shutdown_timeout_s
         self._queue: deque[Any] = deque()
         self._tools_offered: dict[str, tuple[Any, Any]] = {}
+        self._run_starts: dict[str, RunStart] = {}
         self._dropped_queue_full = 0
         self._enqueue_attempts = 0
         self._exported = 0
@@ -117,7 +120,11 @@ class AfrTracingProcessor(TracingProcessor):
         self._enqueue((_TRACE_END, trace, time.time_ns()))
 
     def on_span_start(self, span: Span[Any]) -> None:
-        if type(span.span_data) is not GenerationSpanData:
+        data_type = type(span.span_data)
+        if data_type is TaskSpanData:
+            self._remember_run_start(span)
+            return
+        if data_type is not GenerationSpanData:
             return
         try:
             frame: FrameType | None = sys._getframe(1)
@@ -132,6 +139,30 @@ class AfrTracingProcessor(TracingProcessor):
                     return
                 frame = frame.f_back
         except Exception:  # noqa: S110 - never raise into the agent; schemas are a bonus
+            pass
+
+    def _remember_run_start(self, span: Span[Any]) -> None:
+        """References only (no copying, no conversion): the runner frame that opened the
+        task span holds the run's input, max_turns, starting agent and run config."""
+        try:
+            frame: FrameType | None = sys._getframe(2)
+            for _ in range(_MAX_FRAMES_TO_MODEL_CALL):
+                if frame is None:
+                    return
+                names = frame.f_code.co_varnames
+                if "starting_agent" in names and "max_turns" in names:
+                    local = frame.f_locals
+                    if len(self._run_starts) >= _MAX_TOOL_REFS:
+                        self._run_starts.clear()
+                    self._run_starts[span.span_id] = RunStart(
+                        local.get("original_input", local.get("input")),
+                        local.get("max_turns"),
+                        local.get("starting_agent"),
+                        local.get("run_config"),
+                    )
+                    return
+                frame = frame.f_back
+        except Exception:  # noqa: S110 - never raise into the agent; this is a bonus
             pass
 
     def on_span_end(self, span: Span[Any]) -> None:
@@ -269,7 +300,8 @@ class AfrTracingProcessor(TracingProcessor):
         if offered is not None:
             tools, handoffs = offered
             definitions = tool_definitions(list(tools or ()), list(handoffs or ()))
-        return self._converter.convert(item, definitions)
+        run_start = self._run_starts.pop(item.span_id, None)
+        return self._converter.convert(item, definitions, run_start)
 
     def _log_new_drops(self) -> None:
         dropped = self.stats.dropped

@@ -220,3 +220,47 @@ def test_content_off_switch_sends_no_messages_or_arguments() -> None:
     model = [s for s in received if s.attributes.get("gen_ai.operation.name") == "chat"]
     assert all("gen_ai.tool.definitions" in s.attributes for s in model)  # schemas are not content
     assert all(s.attributes.get("afr.content.captured") is False for s in model)
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_task_span_carries_the_run_input_max_turns_and_only_the_settings_agents_set(
+    api: ModelApi,
+) -> None:
+    from agents import Agent, ModelSettings, RunConfig, Runner
+
+    from afr.scripted_model import ScriptedTurn
+
+    with OtlpGrpcSink() as sink, ScriptedModelServer([ScriptedTurn(text="hi")]) as model:
+        processor = exporter.install(endpoint=sink.endpoint)
+        specialist = Agent(
+            name="Specialist",
+            model=build_model(api, model.base_url),
+            model_settings=ModelSettings(top_p=0.5),
+        )
+        agent = Agent(
+            name="Greeter",
+            model=build_model(api, model.base_url),
+            model_settings=ModelSettings(temperature=0.3),
+            handoffs=[specialist],
+        )
+        asyncio.run(
+            Runner.run(
+                agent,
+                "say hi to the desk",
+                max_turns=4,
+                run_config=RunConfig(
+                    trace_include_sensitive_data=True,
+                    model_settings=ModelSettings(parallel_tool_calls=False),
+                ),
+            )
+        )
+        assert processor.force_flush(10)
+        received = sink.spans()
+    (task,) = [s for s in received if s.attributes["afr.span.type"] == "task"]
+    assert task.attributes["afr.run.input"] == "say hi to the desk"
+    assert task.attributes["afr.run.max_turns"] == 4
+    # The server echoes temperature 1.0, top_p 1.0, tool_choice auto...: none of that.
+    assert json.loads(str(task.attributes["afr.agents.settings"])) == {
+        "Greeter": {"temperature": 0.3, "parallel_tool_calls": False},
+        "Specialist": {"top_p": 0.5, "parallel_tool_calls": False},
+    }
