@@ -6,13 +6,21 @@ Agents SDK's real ``OpenAIResponsesModel`` and ``OpenAIChatCompletionsModel`` (a
 
 A script is an ordered list of turns; each model request consumes the next turn. A turn may
 name a guard (text the request's system instructions must contain) so a script that drifts
-out of step fails loudly with a 409 instead of answering the wrong agent.
+out of step fails loudly with a 409 instead of answering the wrong agent. A turn may also be
+a scripted failure (``error_status``): the request is answered with that HTTP status and an
+OpenAI-shaped error body, as a failing model call would be.
+
+With ``per_conversation=True`` the turn is instead the number of model answers already in
+the request's history, so any number of conversations (concurrent replays) each walk the
+script from its start. ``latency_s`` holds every answer back like a real model would;
+``max_in_flight`` and each request's timing show how many requests were served at once.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -33,13 +41,22 @@ class ScriptedToolCall:
 
 @dataclass(frozen=True)
 class ScriptedTurn:
-    """One model answer: tool calls, or a final text message."""
+    """One model answer: tool calls, a final text message, or (``error_status``) a failed
+    model call: an HTTP error status with ``error_message``."""
 
     text: str | None = None
     tool_calls: tuple[ScriptedToolCall, ...] = ()
     expect_instructions_containing: str | None = None
+    error_status: int | None = None
+    error_message: str = "The scripted model failed this request."
 
     def __post_init__(self) -> None:
+        if self.error_status is not None:
+            if self.text is not None or self.tool_calls:
+                raise ValueError("a scripted error turn has neither text nor tool calls")
+            if not 400 <= self.error_status <= 599:
+                raise ValueError("a scripted error turn has an HTTP error status (400-599)")
+            return
         if (self.text is None) == (not self.tool_calls):
             raise ValueError("a scripted turn has either text or tool calls, not both or neither")
 
@@ -50,14 +67,40 @@ class RecordedRequest:
 
     path: str
     body: dict[str, Any]
+    received_s: float = 0.0
+    """``time.monotonic()`` when the request arrived, and when its answer was sent."""
+    answered_s: float = 0.0
 
 
 @dataclass
 class _State:
     turns: list[ScriptedTurn]
+    per_conversation: bool = False
+    latency_s: float = 0.0
     position: int = 0
     requests: list[RecordedRequest] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _answers_in_history(path: str, body: dict[str, Any]) -> int:
+    """Model answers already in a request's history: assistant messages (chat), or runs of
+    consecutive model output items (responses: one answer may hold several calls)."""
+    if not path.endswith("/responses"):
+        return sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+    items = body.get("input")
+    if not isinstance(items, list):
+        return 0
+    answers, previous_was_output = 0, False
+    for item in items:
+        is_output = isinstance(item, dict) and (
+            item.get("type") in ("function_call", "reasoning") or item.get("role") == "assistant"
+        )
+        if is_output and not previous_was_output:
+            answers += 1
+        previous_was_output = is_output
+    return answers
 
 
 def _estimate_tokens(payload: Any) -> int:
@@ -170,14 +213,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self, status: int, payload: dict[str, Any]) -> None:
         raw = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        try:
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the client went away (a killed replay): nothing to answer
 
-    def _error(self, status: int, message: str) -> None:
-        self._reply(status, {"error": {"message": message, "type": "scripted_model_error"}})
+    def _error(self, status: int, message: str, error_type: str = "scripted_model_error") -> None:
+        self._reply(status, {"error": {"message": message, "type": error_type}})
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -199,19 +245,36 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, "the scripted model answers non-streaming requests only")
             return
         state = self.server.state
+        record = RecordedRequest(path=path, body=body, received_s=time.monotonic())
         with state.lock:
-            state.requests.append(RecordedRequest(path=path, body=body))
-            if state.position >= len(state.turns):
+            state.requests.append(record)
+            state.in_flight += 1
+            state.max_in_flight = max(state.max_in_flight, state.in_flight)
+        try:
+            self._answer(state, path, body)
+        finally:
+            with state.lock:
+                state.in_flight -= 1
+                record.answered_s = time.monotonic()
+
+    def _answer(self, state: _State, path: str, body: dict[str, Any]) -> None:
+        if state.latency_s:
+            time.sleep(state.latency_s)
+        with state.lock:
+            index = _answers_in_history(path, body) if state.per_conversation else state.position
+            if index >= len(state.turns):
                 self._error(409, f"script exhausted after {len(state.turns)} turns")
                 return
-            index = state.position
             turn = state.turns[index]
             guard = turn.expect_instructions_containing
             if guard is not None and guard not in _system_instructions(path, body):
                 self._error(409, f"script turn {index} expects instructions containing {guard!r}")
                 return
             state.position += 1
-        if path.endswith("/responses"):
+        if turn.error_status is not None:
+            kind = "server_error" if turn.error_status >= 500 else "invalid_request_error"
+            self._error(turn.error_status, turn.error_message, kind)
+        elif path.endswith("/responses"):
             self._reply(200, _responses_body(turn, body, index))
         else:
             self._reply(200, _chat_body(turn, body, index))
@@ -228,15 +291,27 @@ class _ScriptedHTTPServer(ThreadingHTTPServer):
 class ScriptedModelServer:
     """Serves a script on a loopback port. Use as a context manager or start()/stop()."""
 
-    def __init__(self, turns: list[ScriptedTurn]) -> None:
-        self._state = _State(turns=list(turns))
+    def __init__(
+        self,
+        turns: list[ScriptedTurn],
+        *,
+        per_conversation: bool = False,
+        latency_s: float = 0.0,
+    ) -> None:
+        self._state = _State(
+            turns=list(turns), per_conversation=per_conversation, latency_s=latency_s
+        )
         self._server: _ScriptedHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> ScriptedModelServer:
         self._server = _ScriptedHTTPServer(self._state)
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="afr-scripted-model", daemon=True
+            target=self._server.serve_forever,
+            # stop() waits for the loop to see the shutdown: poll often, so it is quick
+            kwargs={"poll_interval": 0.02},
+            name="afr-scripted-model",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -270,3 +345,23 @@ class ScriptedModelServer:
     def turns_served(self) -> int:
         with self._state.lock:
             return self._state.position
+
+    @property
+    def latency_s(self) -> float:
+        return self._state.latency_s
+
+    @latency_s.setter
+    def latency_s(self, value: float) -> None:
+        self._state.latency_s = value
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most requests this server was answering at the same moment."""
+        with self._state.lock:
+            return self._state.max_in_flight
+
+    def clear(self) -> None:
+        """Forgets recorded requests and the in-flight peak (the script position stays)."""
+        with self._state.lock:
+            self._state.requests.clear()
+            self._state.max_in_flight = self._state.in_flight

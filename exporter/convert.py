@@ -340,9 +340,9 @@ class SpanConverter:
             self._content(draft, sc.AFR_RUN_INPUT, to_json(messages.as_plain(run_input)))
         if isinstance(run_start.max_turns, int):
             draft.put(sc.AFR_RUN_MAX_TURNS, run_start.max_turns)
-        settings = agents_settings(run_start.starting_agent, run_start.run_config)
-        if settings:
-            draft.put(sc.AFR_AGENTS_SETTINGS, to_json(settings))
+        definitions = agent_definitions(run_start.starting_agent, run_start.run_config)
+        if definitions:
+            draft.put(sc.AFR_AGENTS, to_json(definitions))
 
     def _content(self, draft: _Draft, key: str, value: Any) -> None:
         if self._capture_content:
@@ -588,20 +588,67 @@ def _set_settings(settings: Any) -> dict[str, Any]:
     return {k: v for k, v in dump().items() if v is not None}
 
 
-def agents_settings(starting_agent: Any, run_config: Any) -> dict[str, dict[str, Any]]:
-    """``{agent name: model settings it set}`` for the agents reachable by handoffs (the run
-    config's settings override the agent's, as the runner applies them)."""
+def _output_schema(agent: Any) -> dict[str, Any] | None:
+    output_type = getattr(agent, "output_type", None)
+    if output_type is None or output_type is str:
+        return None
+    try:
+        from agents.agent_output import AgentOutputSchema, AgentOutputSchemaBase
+
+        schema = (
+            output_type
+            if isinstance(output_type, AgentOutputSchemaBase)
+            else AgentOutputSchema(output_type)
+        )
+        if schema.is_plain_text():
+            return None
+        return {
+            "name": schema.name(),
+            "schema": schema.json_schema(),
+            "strict": schema.is_strict_json_schema(),
+        }
+    except Exception:  # a type the SDK cannot describe: the replay says what it lacks
+        return None
+
+
+def _agent_definition(agent: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    instructions = getattr(agent, "instructions", None)
+    model = getattr(agent, "model", None)
+    handoffs = [
+        getattr(h, "name", None) if hasattr(h, "handoffs") else getattr(h, "agent_name", None)
+        for h in getattr(agent, "handoffs", None) or []
+    ]
+    return {
+        "instructions": instructions if isinstance(instructions, str) else None,
+        "model": model if isinstance(model, str) else getattr(model, "model", None),
+        "model_settings": {
+            **_set_settings(getattr(agent, "model_settings", None)),
+            **overrides,
+        },
+        "tools": tool_definitions(list(getattr(agent, "tools", None) or []), []),
+        "handoffs": [h for h in handoffs if isinstance(h, str)],
+        "output": _output_schema(agent),
+    }
+
+
+def agent_definitions(starting_agent: Any, run_config: Any) -> dict[str, Any]:
+    """The starting agent and every agent reachable from it by handoffs, as a replay needs
+    them (the run config's model settings override the agent's, as the runner applies
+    them). ``{}`` when the starting agent is not an agent."""
+    name = getattr(starting_agent, "name", None)
+    if not isinstance(name, str):
+        return {}
     overrides = _set_settings(getattr(run_config, "model_settings", None))
-    out: dict[str, dict[str, Any]] = {}
+    found: dict[str, Any] = {}
     pending = [starting_agent]
-    while pending and len(out) < _MAX_AGENTS:
+    while pending and len(found) < _MAX_AGENTS:
         agent = pending.pop()
-        name = getattr(agent, "name", None)
-        if not isinstance(name, str) or name in out:
+        agent_name = getattr(agent, "name", None)
+        if not isinstance(agent_name, str) or agent_name in found:
             continue
-        out[name] = {**_set_settings(getattr(agent, "model_settings", None)), **overrides}
+        found[agent_name] = _agent_definition(agent, overrides)
         pending += [h for h in getattr(agent, "handoffs", None) or [] if hasattr(h, "handoffs")]
-    return out
+    return {"entry": name, "agents": found}
 
 
 def _text_message(role: str, text: str | None) -> list[dict[str, Any]] | None:

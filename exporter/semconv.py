@@ -66,9 +66,12 @@ AFR_RUN_INPUT: Final = "afr.run.input"
 """On the task span: the input the run was started with (text, or JSON of input items), so
 a run stopped before any model call (a tripped input guardrail) can still be replayed."""
 AFR_RUN_MAX_TURNS: Final = "afr.run.max_turns"
-AFR_AGENTS_SETTINGS: Final = "afr.agents.settings"
-"""On the task span: JSON ``{agent name: model settings}`` of the agents reachable from the
-starting agent — only what the agent (or the run config) set, never a server's defaults."""
+AFR_AGENTS: Final = "afr.agents"
+"""On the task span: JSON ``{"entry": name, "agents": {name: definition}}`` of every agent
+reachable from the starting agent by handoffs — instructions (when static), model, the
+model settings the agent (or the run config) set (never a server's echoed defaults), tool
+definitions with their schemas, handoff targets, output schema — so a replay can enter an
+agent the source never reached."""
 AFR_TURN_NUMBER: Final = "afr.turn.number"
 AFR_USAGE_AGGREGATE: Final = "afr.usage.aggregate"
 """JSON usage of a task or turn span: an aggregate of the model spans below it."""

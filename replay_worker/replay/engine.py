@@ -1,10 +1,11 @@
 """The replay engine: a fixture and a model in, a traced replay run and its verdict out.
 
-Agents are rebuilt from the fixture (instructions, model settings with ``store=False``,
-stand-in tools with the captured schemas, handoffs, guardrails that replay their captured
-outcome) and run through the real ``Runner``. The replay is its own trace, of kind
-``replay``, linked to its source run (the exporter turns the trace metadata into
-``afr.source_run_id`` and an OTel span link on the root).
+Agents are rebuilt from the fixture (instructions, the model settings the agents set with
+``store=False``, stand-in tools with the captured schemas, handoffs, guardrails that replay
+their captured outcome) and run through the real ``Runner`` with the source's input and
+``max_turns``. The replay is its own trace, of kind ``replay``, under the source's workflow
+name, group id and trace metadata, linked to its source run (the exporter turns the trace
+metadata into ``afr.source_run_id`` and an OTel span link on the root).
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from agents import (
     gen_trace_id,
     trace,
 )
-from agents.exceptions import AgentsException
 from agents.tracing import custom_span
 
+from replay_worker.ledger import BudgetExceeded
 from replay_worker.replay.fixture import Fixture
-from replay_worker.replay.stubs import MatchPolicy, StubRegistry
-from replay_worker.replay.verdict import first_divergence, verdict
+from replay_worker.replay.output import CapturedOutputSchema
+from replay_worker.replay.stubs import FAILED_OUTCOMES, MatchPolicy, StubRegistry
+from replay_worker.replay.verdict import first_divergence, judge
 
 __all__ = ["ReplayResult", "run_replay"]
 
@@ -40,22 +42,28 @@ ModelFactory = Callable[[str], Model]
 class ReplayResult:
     replay_run_id: str
     verdict: str
+    reason: str
+    approximate: bool
     replay_failed: bool
     final_output: str | None
     error: str | None
     first_divergence: dict[str, Any] | None
-    divergences: list[dict[str, Any]] = field(default_factory=list)
+    unavailable: list[dict[str, Any]] = field(default_factory=list)
+    stubbed: list[dict[str, Any]] = field(default_factory=list)
     invocations: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "replay_run_id": self.replay_run_id,
             "verdict": self.verdict,
+            "reason": self.reason,
+            "approximate": self.approximate,
             "replay_failed": self.replay_failed,
             "final_output": self.final_output,
             "error": self.error,
             "first_divergence": self.first_divergence,
-            "divergences": self.divergences,
+            "unavailable": self.unavailable,
+            "stubbed": self.stubbed,
             "tool_calls": self.invocations,
         }
 
@@ -80,6 +88,7 @@ def _agents(
             for g in fixture.guardrails
             if g.get("agent") == name
         ]
+        output = spec.output
         agents[name] = Agent(
             name=name,
             instructions=spec.instructions,
@@ -87,6 +96,13 @@ def _agents(
             model_settings=settings,
             tools=[registry.tool(definition) for definition in spec.tools],
             input_guardrails=guardrails,
+            output_type=CapturedOutputSchema(
+                str(output.get("name") or spec.output_type or "output"),
+                output["schema"],
+                bool(output.get("strict", True)),
+            )
+            if output and isinstance(output.get("schema"), dict)
+            else None,
         )
     for name, spec in fixture.agents.items():
         agents[name].handoffs = [agents[target] for target in spec.handoffs if target in agents]
@@ -98,49 +114,83 @@ async def run_replay(
     model_for: ModelFactory,
     *,
     model_override: str | None = None,
-    policy: MatchPolicy = "next",
+    policy: MatchPolicy = "exact",
     stub_outputs: dict[str, str] | None = None,
     max_turns: int = 12,
 ) -> ReplayResult:
+    """``max_turns``: used when the source's own bound was not captured."""
     registry = StubRegistry(
         fixture.tool_calls, policy, {**fixture.stub_outputs, **(stub_outputs or {})}
     )
     agents = _agents(fixture, registry, model_for, model_override)
     replay_trace_id = gen_trace_id()
-    metadata = {"afr.run_kind": "replay", "afr.source_run_id": fixture.source_run_id}
+    metadata = {
+        **fixture.trace_metadata,
+        "afr.run_kind": "replay",
+        "afr.source_run_id": fixture.source_run_id,
+    }
     error: str | None = None
     final_output: str | None = None
     with trace(
-        f"replay of {fixture.workflow}", trace_id=replay_trace_id, metadata=metadata
+        fixture.workflow,
+        trace_id=replay_trace_id,
+        group_id=fixture.group_id,
+        metadata=metadata,
     ) as current:
         try:
             result = await Runner.run(
                 agents[fixture.entry_agent],
                 fixture.input,
-                max_turns=max_turns,
+                max_turns=fixture.max_turns or max_turns,
                 run_config=RunConfig(trace_include_sensitive_data=True),
             )
             final_output = str(result.final_output)
-        except AgentsException as exc:
+        except BudgetExceeded:
+            raise  # the job fails: nothing was sent that the budget did not allow
+        except Exception as exc:  # the run failed: max turns, a guardrail, a model error...
             error = f"{type(exc).__name__}: {exc}"
-        failed = error is not None or registry.failed
-        outcome = verdict(fixture.source_status == "error", failed)
+        failures = [
+            f"{i.tool} ({i.outcome})" for i in registry.invocations if i.outcome in FAILED_OUTCOMES
+        ]
+        if error is not None:
+            failures.append(error.split(":", 1)[0])
+        decided = judge(
+            source_failed=fixture.source_failed,
+            replay_failures=failures,
+            unavailable_tools=[i.tool for i in registry.unavailable],
+            unreplayable_source_errors=[
+                f"{e['span_type']} {e['error_type']}" for e in fixture.unreplayable_errors
+            ],
+            unknown_agents=sorted(
+                {t for spec in fixture.agents.values() for t in spec.handoffs} - set(fixture.agents)
+            ),
+            approximate=registry.approximate,
+        )
         divergence = first_divergence(fixture.tool_calls, registry.invocations)
         with custom_span(
             "replay.verdict",
-            data={"verdict": outcome, "first_divergence": divergence, "error": error},
+            data={
+                "verdict": decided.value,
+                "reason": decided.reason,
+                "approximate": decided.approximate,
+                "first_divergence": divergence,
+                "error": error,
+            },
         ):
             pass
         trace_metadata = getattr(current, "metadata", None)
         if isinstance(trace_metadata, dict):  # the root span carries it, via the trace metadata
-            trace_metadata["afr.verdict"] = outcome
+            trace_metadata["afr.verdict"] = decided.value
     return ReplayResult(
         replay_run_id=replay_trace_id.removeprefix("trace_"),
-        verdict=outcome,
-        replay_failed=failed,
+        verdict=decided.value,
+        reason=decided.reason,
+        approximate=decided.approximate,
+        replay_failed=bool(failures),
         final_output=final_output,
         error=error,
         first_divergence=divergence,
-        divergences=[vars(d) for d in registry.divergences],
+        unavailable=[vars(i) for i in registry.unavailable],
+        stubbed=[vars(i) for i in registry.stubbed],
         invocations=[vars(i) for i in registry.invocations],
     )

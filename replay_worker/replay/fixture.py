@@ -1,20 +1,27 @@
 """A replay fixture: everything needed to re-run a captured run, as a plain JSON document.
 
 Built from the run as the collector's read API returns it (normalized spans). Versioned
-(``afr.fixture/1``) because evals embed fixtures and outlive code versions::
+(``afr.fixture/2``) because evals embed fixtures and outlive code versions::
 
-    {"version": "afr.fixture/1", "source_run_id": ..., "source_status": "error",
-     "workflow": ..., "input": "...", "entry_agent": "Triage Agent",
+    {"version": "afr.fixture/2", "source_run_id": ..., "source_status": "error",
+     "workflow": ..., "group_id": ..., "trace_metadata": {...},
+     "input": "..." | [input items], "max_turns": 10 | null, "entry_agent": "Triage Agent",
      "agents": {"<name>": {"instructions", "model", "model_settings", "tools": [{name,
-                 description, parameters, strict}], "handoffs": [...], "output_type"}},
-     "tool_calls": [{"tool", "call_id", "arguments", "output" | null, "error", "lossy",
-                     "agent"}],
+                 description, parameters, strict}], "handoffs": [...], "output_type",
+                 "output": {"name", "schema", "strict"} | null}},
+     "tool_calls": [{"tool", "call_id", "arguments", "output", "error", "lossy", "agent"}],
      "guardrails": [{"name", "agent", "triggered"}],
+     "source_errors": [{"span_type", "error_type"}],
      "stub_outputs": {"<tool>": "<output>"}}
 
-``output`` is null when the tool produced none (the malformed ``"12.OO"`` call was refused by
-argument validation before the tool ran); ``stub_outputs`` holds explicitly labelled
-stand-ins for such calls (``replay_stub_output``), supplied by whoever asks for the replay.
+Each captured call keeps its **outcome**: ``output`` is what the model was shown — the
+tool's result, or the error text when the call failed (then ``error`` names the failure) —
+and ``null`` only when nothing was captured. ``model_settings`` are only what the agent (or
+the run config) set: a Responses API echo of the server's defaults is never taken for them.
+Agents come from the definitions afr's exporter records on the task span (every agent
+reachable by handoffs, also those the source never reached); for other instrumentations,
+from what the spans show. A run that lacks something a replay needs is refused with every
+missing piece named.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from exporter import semconv as sc
 
 __all__ = [
     "FIXTURE_VERSION",
@@ -32,12 +41,38 @@ __all__ = [
     "build_fixture",
 ]
 
-FIXTURE_VERSION = "afr.fixture/1"
+FIXTURE_VERSION = "afr.fixture/2"
 _HANDOFF_PREFIX = "transfer_to_"
+# Settings a replay passes on (ModelSettings fields with plain values); the worker sets
+# store=False and bounds max_tokens itself.
+_REPLAYED_SETTINGS = (
+    "temperature",
+    "top_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "tool_choice",
+    "parallel_tool_calls",
+    "truncation",
+    "max_tokens",
+    "verbosity",
+    "top_logprobs",
+)
+# What the Responses API echoes back when the request left a setting out.
+_RESPONSES_DEFAULTS: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+    "truncation": "disabled",
+}
+# Span types whose errors the runner produces from model behaviour, tool outcomes and
+# guardrail outcomes — what a replay reproduces. An error elsewhere (a custom span of the
+# user's code) cannot be replayed.
+REPLAYABLE_ERROR_SPANS = frozenset({"tool", "llm", "agent", "turn", "task", "handoff", "guardrail"})
 
 
 class FixtureError(ValueError):
-    """The run lacks something a replay needs (no model span, no agent, no input)."""
+    """The run lacks something a replay needs; the message names every missing piece."""
 
 
 @dataclass
@@ -48,6 +83,8 @@ class AgentSpec:
     tools: list[dict[str, Any]] = field(default_factory=list)
     handoffs: list[str] = field(default_factory=list)
     output_type: str | None = None
+    output: dict[str, Any] | None = None
+    """The structured output the agent must produce: ``{"name", "schema", "strict"}``."""
 
 
 @dataclass
@@ -66,11 +103,15 @@ class Fixture:
     source_run_id: str
     source_status: str
     workflow: str
-    input: str
+    input: str | list[Any]
     entry_agent: str
     agents: dict[str, AgentSpec]
     tool_calls: list[CapturedCall]
     guardrails: list[dict[str, Any]] = field(default_factory=list)
+    source_errors: list[dict[str, str]] = field(default_factory=list)
+    max_turns: int | None = None
+    group_id: str | None = None
+    trace_metadata: dict[str, Any] = field(default_factory=dict)
     stub_outputs: dict[str, str] = field(default_factory=dict)
     version: str = FIXTURE_VERSION
 
@@ -85,6 +126,15 @@ class Fixture:
         fields["agents"] = {name: AgentSpec(**spec) for name, spec in document["agents"].items()}
         fields["tool_calls"] = [CapturedCall(**call) for call in document["tool_calls"]]
         return cls(**fields)
+
+    @property
+    def source_failed(self) -> bool:
+        return self.source_status == "error"
+
+    @property
+    def unreplayable_errors(self) -> list[dict[str, str]]:
+        """Source failures no replay can reproduce (or fix): errors outside the runner."""
+        return [e for e in self.source_errors if e["span_type"] not in REPLAYABLE_ERROR_SPANS]
 
 
 def _json(value: str | None) -> Any:
@@ -107,13 +157,40 @@ def _owner_agent(span: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> str 
 
 def _user_input(messages: Any) -> str:
     texts: list[str] = []
-    for message in messages or []:
+    for message in messages if isinstance(messages, list) else []:
+        if not isinstance(message, dict):
+            continue
         if message.get("role") != "user":
             if texts:
                 break
             continue
-        texts += [p.get("content", "") for p in message.get("parts", []) if p.get("type") == "text"]
+        parts = message.get("parts")
+        if isinstance(parts, list):
+            texts += [
+                str(p.get("content", ""))
+                for p in parts
+                if isinstance(p, dict) and p.get("type") == "text"
+            ]
+        elif isinstance(message.get("content"), str):
+            texts.append(message["content"])
     return "\n".join(t for t in texts if t)
+
+
+def _instructions(attributes: dict[str, Any], messages: Any) -> str | None:
+    parts = _json(attributes.get(sc.GEN_AI_SYSTEM_INSTRUCTIONS))
+    if isinstance(parts, list):
+        return "\n".join(
+            str(p.get("content", ""))
+            for p in parts
+            if isinstance(p, dict) and p.get("type") == "text"
+        )
+    if isinstance(parts, str):
+        return parts
+    for message in messages if isinstance(messages, list) else []:
+        if isinstance(message, dict) and message.get("role") == "system":
+            text = _user_input([{**message, "role": "user"}])
+            return text or None
+    return None
 
 
 def _tool_definition(definition: dict[str, Any]) -> dict[str, Any]:
@@ -121,15 +198,120 @@ def _tool_definition(definition: dict[str, Any]) -> dict[str, Any]:
     function: dict[str, Any] = nested if isinstance(nested, dict) else definition
     return {
         "name": function.get("name"),
+        "type": definition.get("type") or "function",
         "description": function.get("description") or "",
         "parameters": function.get("parameters") or {"type": "object", "properties": {}},
         "strict": bool(function.get("strict", False)),
     }
 
 
+def _tool_definitions(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+    definitions = _json(attributes.get(sc.GEN_AI_TOOL_DEFINITIONS))
+    if not isinstance(definitions, list):  # OpenInference: llm.tools.{i}.tool.json_schema
+        definitions = []
+        index = 0
+        while (schema := attributes.get(f"llm.tools.{index}.tool.json_schema")) is not None:
+            definitions.append(_json(schema))
+            index += 1
+    return [_tool_definition(d) for d in definitions if isinstance(d, dict)]
+
+
+def _settings(
+    task_settings: dict[str, Any] | None, attributes: dict[str, Any], api: str | None
+) -> dict[str, Any]:
+    if task_settings is not None:  # exactly what the agent and the run config set
+        captured = task_settings
+        defaults: dict[str, Any] = {}
+    else:
+        captured = _json(attributes.get(sc.AFR_MODEL_SETTINGS)) or {}
+        # The Chat Completions span holds the request's settings; a Responses span holds the
+        # server's echo, defaults included.
+        defaults = _RESPONSES_DEFAULTS if api != "chat_completions" else {}
+    return {
+        k: v
+        for k, v in captured.items()
+        if k in _REPLAYED_SETTINGS
+        and v is not None
+        and not isinstance(v, dict | list)
+        and defaults.get(k, _NOTHING) != v
+    }
+
+
+_NOTHING = object()
+
+
+def _tool_results(spans: list[dict[str, Any]]) -> dict[str, str]:
+    """call id -> what the model was shown for it, read from the model calls' inputs."""
+    results: dict[str, str] = {}
+    for span in spans:
+        if span["span_type"] != "llm":
+            continue
+        messages = _json(span.get("input")) or _json(
+            span["attributes"].get(sc.GEN_AI_INPUT_MESSAGES)
+        )
+        for message in messages if isinstance(messages, list) else []:
+            parts = message.get("parts") if isinstance(message, dict) else None
+            for part in parts if isinstance(parts, list) else []:
+                if isinstance(part, dict) and part.get("type") == "tool_call_response":
+                    response = part.get("response")
+                    if part.get("id") and response is not None:
+                        results[str(part["id"])] = (
+                            response if isinstance(response, str) else json.dumps(response)
+                        )
+    return results
+
+
+def _run_input(spans: list[dict[str, Any]]) -> str | list[Any] | None:
+    """The input the run started with: recorded on the task span by afr's exporter, else an
+    input body on the workflow, task or agent span (other instrumentations), else the user
+    messages of the first model call."""
+    for span in spans:
+        recorded = span["attributes"].get(sc.AFR_RUN_INPUT)
+        if span["span_type"] == "task" and recorded:
+            parsed = _json(recorded) if recorded.lstrip()[:1] == "[" else None
+            return parsed if isinstance(parsed, list) else recorded
+    for span in spans:
+        if span["span_type"] in ("workflow", "task", "agent") and span.get("input"):
+            parsed = _json(span["input"])
+            text = _user_input(parsed) if isinstance(parsed, list) else None
+            return text or (span["input"] if parsed is None else None)
+    for span in spans:
+        if span["span_type"] == "llm":
+            text = _user_input(
+                _json(span.get("input")) or _json(span["attributes"].get(sc.GEN_AI_INPUT_MESSAGES))
+            )
+            if text:
+                return text
+    return None
+
+
+def _recorded_agent(definition: dict[str, Any], seen: AgentSpec | None) -> AgentSpec:
+    """An agent as the exporter recorded it at the start of the run; what the spans showed
+    fills what the recording could not hold (dynamic instructions)."""
+    tools = [
+        {k: v for k, v in _tool_definition(t).items() if k != "type"}
+        for t in definition.get("tools") or []
+        if isinstance(t, dict) and t.get("type") == "function" and t.get("name")
+    ]
+    output = definition.get("output")
+    return AgentSpec(
+        instructions=definition.get("instructions") or (seen.instructions if seen else None),
+        model=definition.get("model") or (seen.model if seen else None),
+        model_settings=_settings(definition.get("model_settings") or {}, {}, None),
+        tools=tools,
+        handoffs=[str(h) for h in definition.get("handoffs") or []],
+        output_type=(output or {}).get("name") or (seen.output_type if seen else None),
+        output=output if isinstance(output, dict) else None,
+    )
+
+
 def build_fixture(run: dict[str, Any]) -> Fixture:
     summary, spans = run["run"], sorted(run["spans"], key=lambda s: s["start_time_unix_nano"])
     by_id = {s["span_id"]: s for s in spans}
+    task = next((s for s in spans if s["span_type"] == "task"), None)
+    task_attributes = task["attributes"] if task else {}
+    max_turns = _json(task_attributes.get(sc.AFR_RUN_MAX_TURNS))
+
     agents: dict[str, AgentSpec] = {}
     entry: str | None = None
     for span in spans:
@@ -137,10 +319,11 @@ def build_fixture(run: dict[str, Any]) -> Fixture:
             name = span["agent_name"]
             spec = agents.setdefault(name, AgentSpec())
             attributes = span["attributes"]
-            spec.handoffs = _json(attributes.get("afr.agent.handoffs")) or list(spec.handoffs)
-            spec.output_type = attributes.get("afr.agent.output_type")
+            spec.handoffs = _json(attributes.get(sc.AFR_AGENT_HANDOFFS)) or list(spec.handoffs)
+            spec.output_type = attributes.get(sc.AFR_AGENT_OUTPUT_TYPE)
             entry = entry or name
-    first_llm_input: Any = None
+    hosted: set[str] = set()
+    seen_llm: set[str] = set()
     for span in spans:
         if span["span_type"] != "llm":
             continue
@@ -149,59 +332,106 @@ def build_fixture(run: dict[str, Any]) -> Fixture:
             continue
         spec = agents.setdefault(owner, AgentSpec())
         attributes = span["attributes"]
-        instructions = _json(attributes.get("gen_ai.system_instructions"))
-        if instructions and spec.instructions is None:
-            spec.instructions = "\n".join(
-                p.get("content", "") for p in instructions if p.get("type") == "text"
-            )
-        spec.model = spec.model or span.get("model") or attributes.get("gen_ai.request.model")
-        settings = _json(attributes.get("afr.model.settings")) or {}
-        spec.model_settings = {
-            k: v
-            for k, v in settings.items()
-            if k in ("temperature", "top_p", "parallel_tool_calls", "tool_choice")
-        }
-        definitions = _json(attributes.get("gen_ai.tool.definitions")) or []
-        tools = [_tool_definition(d) for d in definitions if isinstance(d, dict)]
-        spec.tools = [
-            t for t in tools if t["name"] and not str(t["name"]).startswith(_HANDOFF_PREFIX)
+        messages = _json(span.get("input")) or _json(attributes.get(sc.GEN_AI_INPUT_MESSAGES))
+        if spec.instructions is None:
+            spec.instructions = _instructions(attributes, messages)
+        spec.model = spec.model or span.get("model") or attributes.get(sc.GEN_AI_REQUEST_MODEL)
+        if owner not in seen_llm:
+            seen_llm.add(owner)
+            spec.model_settings = _settings(None, attributes, attributes.get(sc.AFR_MODEL_API))
+        tools = _tool_definitions(attributes)
+        hosted |= {str(t["name"] or t["type"]) for t in tools if t["type"] != "function"}
+        offered = [
+            {k: v for k, v in t.items() if k != "type"}
+            for t in tools
+            if t["type"] == "function" and t["name"]
         ]
-        if first_llm_input is None:
-            first_llm_input = _json(span.get("input")) or _json(
-                attributes.get("gen_ai.input.messages")
-            )
-    calls = [
-        CapturedCall(
-            tool=span.get("tool_name") or span["name"],
-            call_id=span.get("tool_call_id") or "",
-            arguments=span.get("input") or "",
-            output=None if span["status"]["code"] == "Error" else (span.get("output") or ""),
-            error=span.get("error_type") or None,
-            lossy=bool(span.get("truncated")) or bool(span.get("redactions")),
-            agent=_owner_agent(span, by_id),
+        if offered:
+            spec.tools = [t for t in offered if not str(t["name"]).startswith(_HANDOFF_PREFIX)]
+    recorded = _json(task_attributes.get(sc.AFR_AGENTS))
+    if isinstance(recorded, dict) and isinstance(recorded.get("agents"), dict):
+        entry = str(recorded.get("entry") or entry or "") or None
+        for name, definition in recorded["agents"].items():
+            agents[name] = spec = _recorded_agent(definition, agents.get(name))
+            hosted |= {
+                str(t.get("name") or t.get("type"))
+                for t in definition.get("tools") or []
+                if isinstance(t, dict) and t.get("type") != "function"
+            }
+    if hosted:
+        raise FixtureError(
+            f"the run used hosted tools a replay cannot stub: {', '.join(sorted(hosted))}"
         )
-        for span in spans
-        if span["span_type"] == "tool"
-    ]
+
+    shown = _tool_results(spans)
+    calls = []
+    for span in spans:
+        if span["span_type"] != "tool":
+            continue
+        call_id = span.get("tool_call_id") or ""
+        output = span.get("output")
+        if output is None or (output == "" and span["status"]["code"] == "Error"):
+            output = shown.get(call_id)
+        calls.append(
+            CapturedCall(
+                tool=span.get("tool_name") or span["name"],
+                call_id=call_id,
+                arguments=span.get("input") or "",
+                output=output,
+                error=(span.get("error_type") or "error")
+                if span["status"]["code"] == "Error"
+                else None,
+                lossy=bool(span.get("truncated")) or bool(span.get("redactions")),
+                agent=_owner_agent(span, by_id),
+            )
+        )
     guardrails = [
         {
-            "name": span["attributes"].get("afr.guardrail.name") or span["name"],
+            "name": span["attributes"].get(sc.AFR_GUARDRAIL_NAME) or span["name"],
             "agent": _owner_agent(span, by_id),
-            "triggered": span["attributes"].get("afr.guardrail.triggered") == "true",
+            "triggered": span["attributes"].get(sc.AFR_GUARDRAIL_TRIGGERED) == "true",
         }
         for span in spans
         if span["span_type"] == "guardrail"
     ]
-    user_input = _user_input(first_llm_input)
-    if entry is None or not user_input:
-        raise FixtureError("the run has no agent span or no user input: nothing to replay")
+    source_errors = [
+        {"span_type": span["span_type"], "error_type": span.get("error_type") or "error"}
+        for span in spans
+        if span["status"]["code"] == "Error"
+    ]
+    run_input = _run_input(spans)
+
+    missing = []
+    if entry is None:
+        missing.append("an agent span (which agent the run started with)")
+    if not run_input:
+        missing.append("the run's input (no task span input and no user message)")
+    for name, spec in agents.items():
+        if spec.instructions is None and name in seen_llm:
+            missing.append(f"the instructions of agent {name!r}")
+    offered_names = {t["name"] for spec in agents.values() for t in spec.tools}
+    for call in calls:
+        if call.tool not in offered_names and not call.tool.startswith(_HANDOFF_PREFIX):
+            missing.append(f"the schema of tool {call.tool!r}")
+    if missing or entry is None or not run_input:
+        raise FixtureError(
+            "the run cannot be replayed: it lacks " + "; ".join(dict.fromkeys(missing))
+        )
+
+    workflow_span = next((s for s in spans if s["span_type"] == "workflow"), None)
+    workflow_attributes = workflow_span["attributes"] if workflow_span else {}
+    metadata = _json(workflow_attributes.get(sc.AFR_TRACE_METADATA))
     return Fixture(
         source_run_id=summary["run_id"],
         source_status=summary["status"],
         workflow=summary["workflow"],
-        input=user_input,
+        input=run_input,
         entry_agent=entry,
         agents=agents,
         tool_calls=calls,
         guardrails=guardrails,
+        source_errors=source_errors,
+        max_turns=max_turns if isinstance(max_turns, int) else None,
+        group_id=workflow_attributes.get(sc.GEN_AI_CONVERSATION_ID) or None,
+        trace_metadata={k: v for k, v in (metadata or {}).items() if not str(k).startswith("afr.")},
     )

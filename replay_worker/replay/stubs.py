@@ -1,18 +1,22 @@
 """Stand-in tools: the deterministic boundary of a replay (DESIGN.md decision 7).
 
 A replay never runs a real tool. Each stand-in has the captured tool's name, description and
-JSON schema; an invocation is validated against that schema exactly as the real tool's
-argument model would (invalid arguments fail the same way, non-fatally, with the SDK's own
-message), then matched to the captured sequence and answered with the captured output:
+JSON schema. An invocation is answered from what was captured:
 
-- policy ``next`` (default): the next unused captured call of that tool;
-- policy ``exact``: the first unused call with the same arguments (JSON-equal);
-- policy ``strict``: the next captured call overall must be this tool with these arguments.
+- a call that **matches** a captured call (same tool, same arguments after
+  canonicalization) gets that call's captured **outcome** — its output, or the error the
+  model was shown, which fails the replayed call exactly as it failed the original;
+- any other call is first validated as the real tool would validate it (the SDK's own
+  pydantic validation of the captured schema: lax coercions, ``format``, required and extra
+  keys): rejected arguments fail with the SDK's message; accepted ones have no captured
+  outcome, so they get the request's labelled ``replay_stub_output`` when one was given,
+  otherwise the model is told the output is unavailable and the verdict can only be
+  ``INCONCLUSIVE``.
 
-A matched call without captured output is answered by an explicitly labelled
-``replay_stub_output`` when one was supplied, otherwise the replay records a divergence and
-tells the model the output is unavailable. Every stub hit, stub, divergence and lossy
-(redacted or truncated) output is a span of its own.
+Matching policies: ``exact`` (default: the first unused captured call with the same tool
+and arguments, wherever it was), ``strict`` (the next captured call overall must be this
+one), ``lenient`` (the next unused captured call of the same tool, whatever its arguments:
+an approximation, and the verdict says so). Every outcome is a span of its own.
 """
 
 from __future__ import annotations
@@ -21,24 +25,30 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import jsonschema
 from agents import FunctionTool, RunContextWrapper
 from agents.tracing import SpanError, custom_span, get_current_span
 
 from replay_worker.replay.fixture import CapturedCall
+from replay_worker.replay.validation import argument_validator
 
 __all__ = [
+    "FAILED_OUTCOMES",
     "INVALID_ARGUMENTS_MESSAGE",
     "UNAVAILABLE_MESSAGE",
     "MatchPolicy",
     "StubRegistry",
     "ToolInvocation",
+    "canonical_arguments",
 ]
 
-MatchPolicy = Literal["next", "exact", "strict"]
+MatchPolicy = Literal["exact", "strict", "lenient"]
 # The SDK's default failure text, so a model sees a failed replayed call as it saw the original.
 INVALID_ARGUMENTS_MESSAGE = "An error occurred while running the tool. Please try again."
 UNAVAILABLE_MESSAGE = "The output of this tool call is unavailable in this replay."
+INVALID_ARGUMENTS_ERROR = "Error running tool (non-fatal)"
+# Outcomes that fail the replayed call (as the original failed); "unavailable" makes the
+# verdict unknowable; "replay_stub_output" is a labelled stand-in.
+FAILED_OUTCOMES = frozenset({"captured_error", "invalid_arguments"})
 
 
 @dataclass
@@ -48,48 +58,63 @@ class ToolInvocation:
     step: int
     tool: str
     arguments: str
-    outcome: str  # stub_hit | replay_stub_output | divergence | invalid_arguments
+    outcome: str  # captured_output | captured_error | invalid_arguments | replay_stub_output | unavailable
     captured_index: int | None = None
     output: str | None = None
 
 
-def _same_arguments(a: str, b: str) -> bool:
+def canonical_arguments(arguments: str) -> Any:
+    """Arguments as a value: JSON parsed (key order and whitespace do not matter), or the
+    raw text when it is not JSON (the original call may have sent broken JSON)."""
     try:
-        return bool(json.loads(a) == json.loads(b))
+        return json.loads(arguments or "{}")
     except ValueError:
-        return a == b
+        return arguments
 
 
 @dataclass
 class StubRegistry:
     calls: list[CapturedCall]
-    policy: MatchPolicy = "next"
+    policy: MatchPolicy = "exact"
     stub_outputs: dict[str, str] = field(default_factory=dict)
     used: set[int] = field(default_factory=set)
     invocations: list[ToolInvocation] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
-        return any(i.outcome == "invalid_arguments" for i in self.invocations)
+        return any(i.outcome in FAILED_OUTCOMES for i in self.invocations)
 
     @property
-    def divergences(self) -> list[ToolInvocation]:
-        return [i for i in self.invocations if i.outcome == "divergence"]
+    def unavailable(self) -> list[ToolInvocation]:
+        return [i for i in self.invocations if i.outcome == "unavailable"]
+
+    @property
+    def stubbed(self) -> list[ToolInvocation]:
+        return [i for i in self.invocations if i.outcome == "replay_stub_output"]
+
+    @property
+    def approximate(self) -> bool:
+        """A lenient match answered a call with another call's outcome."""
+        return any(
+            i.captured_index is not None
+            and canonical_arguments(self.calls[i.captured_index].arguments)
+            != canonical_arguments(i.arguments)
+            for i in self.invocations
+        )
 
     def _match(self, tool: str, arguments: str) -> int | None:
         unused = [i for i in range(len(self.calls)) if i not in self.used]
+        wanted = canonical_arguments(arguments)
         if self.policy == "strict":
-            if (
-                unused
-                and self.calls[unused[0]].tool == tool
-                and _same_arguments(self.calls[unused[0]].arguments, arguments)
-            ):
-                return unused[0]
+            if unused:
+                call = self.calls[unused[0]]
+                if call.tool == tool and canonical_arguments(call.arguments) == wanted:
+                    return unused[0]
             return None
         for index in unused:
             call = self.calls[index]
             if call.tool == tool and (
-                self.policy == "next" or _same_arguments(call.arguments, arguments)
+                self.policy == "lenient" or canonical_arguments(call.arguments) == wanted
             ):
                 return index
         return None
@@ -112,51 +137,46 @@ class StubRegistry:
 
     def invoke(self, name: str, schema: dict[str, Any], arguments: str) -> str:
         step = len(self.invocations)
-        try:
-            jsonschema.validate(json.loads(arguments or "{}"), schema)
-        except (ValueError, jsonschema.ValidationError) as exc:
-            reason = (
-                exc.message
-                if isinstance(exc, jsonschema.ValidationError)
-                else "arguments are not JSON"
-            )
-            span = get_current_span()
-            if span is not None:
-                span.set_error(
-                    SpanError(
-                        message="Error running tool (non-fatal)",
-                        data={"tool_name": name, "error": reason},
-                    )
-                )
-            self.invocations.append(ToolInvocation(step, name, arguments, "invalid_arguments"))
-            return INVALID_ARGUMENTS_MESSAGE
         index = self._match(name, arguments)
         captured = self.calls[index] if index is not None else None
-        if index is not None:
-            self.used.add(index)
+        reason: str | None = None
+        error: str | None = None
         if captured is not None and captured.output is not None:
-            outcome, output = "stub_hit", captured.output
+            self.used.add(index)  # type: ignore[arg-type]
+            output = captured.output
+            outcome = "captured_error" if captured.error else "captured_output"
+            error = captured.error
+        # Strictness inferred from the schema: exact for SDK schemas, whatever the capture said.
+        elif (reason := argument_validator(schema)(arguments)) is not None:
+            outcome, output, error = (
+                "invalid_arguments",
+                INVALID_ARGUMENTS_MESSAGE,
+                INVALID_ARGUMENTS_ERROR,
+            )
         elif name in self.stub_outputs:
             outcome, output = "replay_stub_output", self.stub_outputs[name]
         else:
-            outcome, output = "divergence", UNAVAILABLE_MESSAGE
-        data: dict[str, Any] = {"tool": name, "step": step, "captured_index": index}
+            outcome, output = "unavailable", UNAVAILABLE_MESSAGE
+        if error is not None:
+            span = get_current_span()
+            if span is not None:  # the function span fails as the SDK fails it
+                span.set_error(
+                    SpanError(message=error, data={"tool_name": name, "replayed": outcome})
+                )
+        data: dict[str, Any] = {"tool": name, "step": step, "outcome": outcome}
         if captured is not None:
+            data["captured_index"] = index
             data["captured_call_id"] = captured.call_id
-            data["captured_arguments"] = captured.arguments
             data["lossy"] = captured.lossy
-        if outcome == "divergence":
+        if reason is not None:
+            data["reason"] = reason
+        elif outcome == "unavailable":
             data["reason"] = (
-                "no captured call"
+                "no captured call with these arguments"
                 if captured is None
-                else "captured call has no output and no replay_stub_output"
+                else "the captured call has no captured outcome"
             )
         with custom_span(f"replay.{outcome}", data=data):
             pass
-        if captured is not None and captured.lossy and outcome == "stub_hit":
-            with custom_span(
-                "replay.lossy_stub", data={"tool": name, "step": step, "captured_index": index}
-            ):
-                pass
         self.invocations.append(ToolInvocation(step, name, arguments, outcome, index, output))
         return output

@@ -1,20 +1,79 @@
-"""Verdicts are computed, not judged (DESIGN.md decision 7)."""
+"""Verdicts are computed, not judged (DESIGN.md decision 7).
+
+Five verdicts: whether the source failed, whether the replay failed, and ``INCONCLUSIVE``
+when the replay depended on something unknown — a tool output that was never captured and
+not stubbed, or a source failure no replay can reproduce. An unknown outcome is never a
+success. A replay whose calls equal the source's gets the source's outcomes, so it fails
+exactly where the source failed: ``STILL_FAILING`` or ``UNCHANGED``, never a change.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from replay_worker.replay.fixture import CapturedCall
 from replay_worker.replay.stubs import ToolInvocation
 
-__all__ = ["first_divergence", "verdict"]
+__all__ = ["VERDICTS", "Verdict", "first_divergence", "judge", "verdict"]
+
+VERDICTS = ("FAILURE_FIXED", "STILL_FAILING", "REGRESSED", "UNCHANGED", "INCONCLUSIVE")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    value: str
+    reason: str
+    approximate: bool = False
+    """Decided with a lenient match: a call was answered with another call's outcome."""
 
 
 def verdict(source_failed: bool, replay_failed: bool) -> str:
     if source_failed:
         return "STILL_FAILING" if replay_failed else "FAILURE_FIXED"
     return "REGRESSED" if replay_failed else "UNCHANGED"
+
+
+def judge(
+    *,
+    source_failed: bool,
+    replay_failures: list[str],
+    unavailable_tools: list[str],
+    unreplayable_source_errors: list[str],
+    unknown_agents: list[str] | None = None,
+    approximate: bool = False,
+) -> Verdict:
+    """The verdict and why. ``replay_failures``: what failed in the replay (tool calls that
+    failed, the run's error); ``unavailable_tools``: calls answered "unavailable"."""
+    if unavailable_tools:
+        return Verdict(
+            "INCONCLUSIVE",
+            "no captured outcome and no replay_stub_output for: "
+            + ", ".join(dict.fromkeys(unavailable_tools)),
+            approximate,
+        )
+    replay_failed = bool(replay_failures)
+    if replay_failed and unknown_agents:
+        return Verdict(
+            "INCONCLUSIVE",
+            "the replay failed, and the capture does not define agents it hands off to: "
+            + ", ".join(unknown_agents),
+            approximate,
+        )
+    if source_failed and not replay_failed and unreplayable_source_errors:
+        return Verdict(
+            "INCONCLUSIVE",
+            "the source failed where a replay cannot reproduce it: "
+            + ", ".join(dict.fromkeys(unreplayable_source_errors)),
+            approximate,
+        )
+    value = verdict(source_failed, replay_failed)
+    if replay_failed:
+        reason = "the replay failed: " + "; ".join(dict.fromkeys(replay_failures))
+    else:
+        reason = "the replay ran clean" + (" (the source failed)" if source_failed else "")
+    return Verdict(value, reason, approximate)
 
 
 def _parsed(arguments: str) -> Any:

@@ -65,6 +65,7 @@ def worker_settings(stack: Stack, model_url: str, **overrides: Any) -> WorkerSet
         model_base_url=model_url,
         model_api_key="scripted",
         model_api="responses",
+        data_dir=stack.running.settings.data_dir / "worker",
     )
     values.update(overrides)
     return WorkerSettings(**values)
@@ -131,9 +132,14 @@ def test_signed_hook_replays_the_failing_run_to_failure_fixed(stack: Stack) -> N
     assert {"replay.replay_stub_output", "replay.verdict"} <= names
     listed = stack.running.api("/api/v1/runs", kind="replay").json()["runs"]
     assert [r["run_id"] for r in listed] == [result["replay_run_id"]]
+    # Findable by the source's workflow, with the source's group id and trace metadata.
+    by_workflow = stack.running.api("/api/v1/runs", kind="replay", workflow="refund-desk")
+    assert [r["run_id"] for r in by_workflow.json()["runs"]] == [result["replay_run_id"]]
+    assert root["attributes"]["gen_ai.conversation.id"] == "conv_refund_desk_demo"
+    assert json.loads(root["attributes"]["afr.trace.metadata"])["customer"] == "cust_42"
 
 
-def test_call_without_captured_output_or_stub_is_a_recorded_divergence(stack: Stack) -> None:
+def test_a_call_with_no_captured_outcome_and_no_stub_is_inconclusive(stack: Stack) -> None:
     with (
         ScriptedModelServer(fixed_script()) as model,
         WorkerThread(worker_settings(stack, model.base_url)) as worker,
@@ -149,14 +155,18 @@ def test_call_without_captured_output_or_stub_is_a_recorded_divergence(stack: St
             and item.get("call_id") == "call_refund_1"
         ]
     result = job["result"]
-    assert [d["tool"] for d in result["divergences"]] == ["refund_order"]
+    # The corrected call (amount 12.0) was never made in the source: its result is unknown,
+    # so whether the failure is fixed is unknown too.
+    assert result["verdict"] == "INCONCLUSIVE"
+    assert "refund_order" in result["reason"]
+    assert [d["tool"] for d in result["unavailable"]] == ["refund_order"]
     assert result["final_output"], "the run still completes"
     assert "unavailable" in tool_messages[-1]["output"], (
         "the model is told the output is unavailable"
     )
     assert stack.desk.refunds == []
     replay = stack.running.run(result["replay_run_id"])
-    assert any(s["name"] == "replay.divergence" for s in replay["spans"])
+    assert any(s["name"] == "replay.unavailable" for s in replay["spans"])
 
 
 def test_bad_signatures_do_no_work_and_webhook_ids_are_idempotent(stack: Stack) -> None:
@@ -244,7 +254,10 @@ def test_fixture_from_a_stored_run_has_what_a_replay_needs(stack: Stack, api: st
     run = asyncio.run(CollectorClient(stack.running.http_url, stack.running.key).get_run(run_id))
     fixture = build_fixture(run)
     assert fixture.source_status == "error"
-    assert fixture.input.startswith("I was charged twice")
+    assert isinstance(fixture.input, str) and fixture.input.startswith("I was charged twice")
+    assert fixture.max_turns == 10, "the source's own bound (the SDK default)"
+    assert fixture.group_id == "conv_refund_desk_demo"
+    assert fixture.trace_metadata == {"customer": "cust_42"}
     assert fixture.entry_agent == "Triage Agent"
     triage, refund = fixture.agents["Triage Agent"], fixture.agents["Refund Agent"]
     assert triage.handoffs == ["Refund Agent"]
@@ -256,10 +269,12 @@ def test_fixture_from_a_stored_run_has_what_a_replay_needs(stack: Stack, api: st
     assert tool["name"] == "refund_order"
     assert tool["parameters"]["properties"]["amount"]["type"] == "number"
     (call,) = fixture.tool_calls
-    assert (call.tool, call.call_id, call.output, call.agent) == (
+    # The outcome the model saw: the SDK's failure text, and the failure itself.
+    assert (call.tool, call.call_id, call.output, call.error, call.agent) == (
         "refund_order",
         "call_refund_1",
-        None,
+        "An error occurred while running the tool. Please try again.",
+        "Error running tool (non-fatal)",
         "Refund Agent",
     )
     assert json.loads(call.arguments)["amount"] == "12.OO"
@@ -267,7 +282,7 @@ def test_fixture_from_a_stored_run_has_what_a_replay_needs(stack: Stack, api: st
         {"name": "abuse_screen", "agent": "Triage Agent", "triggered": False}
     ]
     document = json.loads(json.dumps(fixture.to_json()))
-    assert document["version"] == "afr.fixture/1"
+    assert document["version"] == "afr.fixture/2"
     assert Fixture.from_json(document) == fixture
 
 

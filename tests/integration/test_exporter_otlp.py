@@ -259,8 +259,11 @@ def test_task_span_carries_the_run_input_max_turns_and_only_the_settings_agents_
     (task,) = [s for s in received if s.attributes["afr.span.type"] == "task"]
     assert task.attributes["afr.run.input"] == "say hi to the desk"
     assert task.attributes["afr.run.max_turns"] == 4
+    definitions = json.loads(str(task.attributes["afr.agents"]))
+    assert definitions["entry"] == "Greeter"
+    greeter, specialist = definitions["agents"]["Greeter"], definitions["agents"]["Specialist"]
     # The server echoes temperature 1.0, top_p 1.0, tool_choice auto...: none of that.
-    assert json.loads(str(task.attributes["afr.agents.settings"])) == {
-        "Greeter": {"temperature": 0.3, "parallel_tool_calls": False},
-        "Specialist": {"top_p": 0.5, "parallel_tool_calls": False},
-    }
+    assert greeter["model_settings"] == {"temperature": 0.3, "parallel_tool_calls": False}
+    assert specialist["model_settings"] == {"top_p": 0.5, "parallel_tool_calls": False}
+    assert greeter["handoffs"] == ["Specialist"], "the specialist never ran, yet it is known"
+    assert (greeter["model"], greeter["output"]) == ("gpt-4.1-mini", None)
