@@ -5,6 +5,10 @@
 ``GET /api/v1/runs/{run_id}/otlp``   the run as an OTLP/JSON ExportTraceServiceRequest
 ``GET /api/v1/openapi.json``         this API's OpenAPI document
 
+A run's spans are served after the trace-level normalization pass (``normalize_trace``):
+the one place every span of the run is at hand, so what a client (the replay worker) reads
+does not depend on how the spans were batched on their way in.
+
 Another project's run is a 404 exactly like an unknown one: no data, no hint it exists.
 """
 
@@ -21,7 +25,8 @@ from starlette.responses import JSONResponse, Response
 
 from collector.auth import Authenticator
 from collector.errors import Unauthenticated
-from collector.model import merged_attributes
+from collector.model import SpanRecord
+from collector.processors.normalize import normalize_trace
 from collector.receiver.status import http_status
 from collector.store.reader import RunFilter, RunReader, decode_cursor
 
@@ -44,64 +49,56 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def span_json(span: dict[str, Any]) -> dict[str, Any]:
-    attributes = merged_attributes(
-        span["span_attributes"],
-        span["body_attributes"],
-        span["input_key"],
-        span["input"],
-        span["output_key"],
-        span["output"],
-    )
+def span_json(span: SpanRecord) -> dict[str, Any]:
     return {
-        "trace_id": span["trace_id"],
-        "span_id": span["span_id"],
-        "parent_span_id": span["parent_span_id"],
-        "name": span["span_name"],
-        "kind": span["span_kind"],
-        "start_time_unix_nano": span["timestamp_ns"],
-        "end_time_unix_nano": span["timestamp_ns"] + span["duration_ns"],
-        "duration_ns": span["duration_ns"],
-        "status": {"code": span["status_code"], "message": span["status_message"]},
-        "service_name": span["service_name"],
-        "resource_attributes": span["resource_attributes"],
-        "scope": {"name": span["scope_name"], "version": span["scope_version"]},
-        "trace_state": span["trace_state"],
-        "attributes": attributes,
+        "trace_id": span.trace_id,
+        "span_id": span.span_id,
+        "parent_span_id": span.parent_span_id,
+        "name": span.span_name,
+        "kind": span.span_kind,
+        "start_time_unix_nano": span.timestamp_ns,
+        "end_time_unix_nano": span.timestamp_ns + span.duration_ns,
+        "duration_ns": span.duration_ns,
+        "status": {"code": span.status_code, "message": span.status_message},
+        "service_name": span.service_name,
+        "resource_attributes": span.resource_attributes,
+        "scope": {"name": span.scope_name, "version": span.scope_version},
+        "trace_state": span.trace_state,
+        "attributes": span.original_attributes(),
         "events": [
             {"time_unix_nano": t, "name": n, "attributes": a}
             for t, n, a in zip(
-                span["event_timestamps"],
-                span["event_names"],
-                span["event_attributes"],
+                span.event_timestamps,
+                span.event_names,
+                span.event_attributes,
                 strict=False,
             )
         ],
         "links": [
             {"trace_id": t, "span_id": s, "trace_state": st, "attributes": a}
             for t, s, st, a in zip(
-                span["link_trace_ids"],
-                span["link_span_ids"],
-                span["link_trace_states"],
-                span["link_attributes"],
+                span.link_trace_ids,
+                span.link_span_ids,
+                span.link_trace_states,
+                span.link_attributes,
                 strict=False,
             )
         ],
-        "span_type": span["span_type"],
-        "dialect": span["dialect"],
-        "agent_name": span["agent_name"],
-        "tool_name": span["tool_name"],
-        "tool_call_id": span["tool_call_id"],
-        "model": span["model"],
-        "error_type": span["error_type"],
-        "input": span["input"],
-        "output": span["output"],
-        "input_tokens": span["input_tokens"],
-        "output_tokens": span["output_tokens"],
-        "run_kind": span["run_kind"],
-        "source_run_id": span["source_run_id"],
-        "redactions": span["redactions"],
-        "truncated": bool(span["truncated"]),
+        "span_type": span.span_type,
+        "dialect": span.dialect,
+        "agent_name": span.agent_name,
+        "tool_name": span.tool_name,
+        "tool_call_id": span.tool_call_id,
+        "model": span.model,
+        "error_type": span.error_type,
+        "input": span.input,
+        "output": span.output,
+        "input_tokens": span.input_tokens,
+        "output_tokens": span.output_tokens,
+        "run_kind": span.run_kind,
+        "source_run_id": span.source_run_id,
+        "redactions": span.redactions,
+        "truncated": bool(span.truncated),
     }
 
 
@@ -222,11 +219,21 @@ class RunsApi:
         run_id = str(request.path_params["run_id"]).lower().removeprefix("trace_")
         if not _RUN_ID.match(run_id):
             return _error(400, "a run id is 32 hex digits")
-        loaded = await asyncio.to_thread(self._reader.get_run, project, run_id)
+        loaded = await asyncio.to_thread(self._run_view, project, run_id)
         if loaded is None:
             return _error(404, "no such run")
-        summary, spans = loaded
-        return summary, [span_json(s) for s in spans]
+        return loaded
+
+    def _run_view(
+        self, project: str, run_id: str
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        loaded = self._reader.get_run(project, run_id)
+        if loaded is None:
+            return None
+        summary, rows = loaded
+        records = [SpanRecord(**row) for row in rows]
+        normalize_trace(records)
+        return summary, [span_json(record) for record in records]
 
     async def get_run(self, request: Request) -> Response:
         loaded = await self._load(request)

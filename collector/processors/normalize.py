@@ -6,6 +6,13 @@ GenAI conventions. Each dialect is one small function that fills the canonical f
 the span's attributes; the first whose marker attribute is present wins. Unknown spans are
 kept as ``other``, never dropped.
 
+A span is classified from itself alone, so its stored type never depends on which export
+batch carried it or its trace root. What only the whole trace can tell is done by
+``normalize_trace``, a pure function applied wherever a trace is at hand: tool-call ids joined
+from the model spans (at ingest too, for the spans a batch holds), and the task/turn spans
+that OpenInference and contrib ``-v2`` send without saying so (in the read API's run view).
+See docs/adr/0009-trace-level-normalization.md.
+
 Bodies leave the attribute map here: the dialect's input/output attribute becomes
 ``Input``/``Output`` (its key is remembered), and any other attribute longer than
 ``BODY_ATTRIBUTE_BYTES`` moves to ``BodyAttributes``.
@@ -13,12 +20,21 @@ Bodies leave the attribute map here: the dialect's input/output attribute become
 
 from __future__ import annotations
 
+import ast
 import json
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 
 from collector.model import SpanRecord
+from collector.processors.tool_calls import link_tool_calls, native_tool_call_id
 
-__all__ = ["BODY_ATTRIBUTE_BYTES", "normalize"]
+__all__ = [
+    "BODY_ATTRIBUTE_BYTES",
+    "canonical_error_type",
+    "normalize",
+    "normalize_trace",
+    "render_template",
+]
 
 BODY_ATTRIBUTE_BYTES = 1024
 
@@ -70,7 +86,27 @@ _TRACELOOP_KINDS = {
 }
 _CONTRIB_SCOPE = "opentelemetry.instrumentation.openai_agents"
 _CONTRIB_PLACEHOLDER_AGENT = "OpenAI Agent"
+_CONTRIB_UNKNOWN = "unknown"  # contrib -v2's operation for SDK spans it has no name for
 _HANDOFF_TOOL_PREFIX = "transfer_to_"
+# The Agents SDK's span error messages (agents/ SpanError, REFERENCE.md §1): the canonical
+# ErrorType of a failure, whatever an instrumentation appended or wrapped around them.
+_SDK_ERROR_MESSAGES = (
+    "Error running tool (non-fatal)",
+    "Error running tool",
+    "Error getting response",
+    "Error streaming response",
+    "Max turns exceeded",
+    "Guardrail tripwire triggered",
+    "Multiple handoffs requested",
+    "Tool not found",
+    "Invalid JSON provided",
+    "Invalid JSON",
+    "Tool execution cancelled",
+)
+_ERROR_TYPE_CHARS = 200
+_DICT_MESSAGE = re.compile(r"""^\{\s*['"]message['"]\s*:\s*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
+_APPENDED_DATA = re.compile(r"^(.+?): (?:\{.*\}|\[.*\]|None)$", re.DOTALL)
+_TEMPLATE_FIELD = re.compile(r"\{([^{}!=:]+)(=)?(?:!([rsa]))?(?::[^{}]*)?\}")
 
 
 _UINT64_MAX = 2**64 - 1
@@ -83,6 +119,68 @@ def _int(value: str | None) -> int:
         return min(_UINT64_MAX, max(0, int(float(value))))
     except (ValueError, OverflowError):
         return 0
+
+
+def _python_repr(value: str) -> str:
+    # Attribute values arrive as strings; booleans and numbers were decoded from typed OTLP
+    # values, so they print as Python would have printed the original.
+    if value in ("true", "false"):
+        return value.capitalize()
+    try:
+        float(value)
+    except ValueError:
+        return repr(value)
+    return value
+
+
+def render_template(template: str, attributes: Mapping[str, str]) -> str:
+    """A Logfire message template (``Function: {name}``, ``Guardrail {name!r} {triggered=}``)
+    filled from the span's attributes; unknown fields stay as written."""
+
+    def field(match: re.Match[str]) -> str:
+        key, equals, conversion = match.groups()
+        if key not in attributes:
+            return match.group(0)
+        value = attributes[key]
+        shown = _python_repr(value) if conversion == "r" or (equals and not conversion) else value
+        return f"{key}={shown}" if equals else shown
+
+    return _TEMPLATE_FIELD.sub(field, template)
+
+
+def _wrapped_message(text: str) -> str | None:
+    """The ``message`` of an SDK error sent whole: JSON (Logfire) or a dict repr (OpenLLMetry)."""
+    if text.startswith("{"):
+        try:
+            parsed = json.loads(text)
+        except (ValueError, RecursionError):
+            parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("message"), str):
+            return str(parsed["message"])
+        match = _DICT_MESSAGE.match(text)
+        if match:
+            try:
+                literal = ast.literal_eval(match.group(1))
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                return None
+            return literal if isinstance(literal, str) else None
+    return None
+
+
+def canonical_error_type(text: str) -> str:
+    """One short ErrorType per failure: the SDK's message without the data an
+    instrumentation appended (``msg: {...}``) or the dict it was wrapped in."""
+    text = text.strip()
+    message = _wrapped_message(text)
+    if message is not None:
+        text = message.strip()
+    for known in _SDK_ERROR_MESSAGES:
+        if text == known or text.startswith(known + ":"):
+            return known
+    appended = _APPENDED_DATA.match(text)
+    if appended:
+        text = appended.group(1)
+    return text[:_ERROR_TYPE_CHARS]
 
 
 def _bodies(record: SpanRecord, input_key: str | None, output_key: str | None) -> None:
@@ -99,7 +197,6 @@ def _genai_common(record: SpanRecord) -> None:
     attrs = record.span_attributes
     record.agent_name = record.agent_name or attrs.get("gen_ai.agent.name", "")
     record.tool_name = record.tool_name or attrs.get("gen_ai.tool.name", "")
-    record.tool_call_id = record.tool_call_id or attrs.get("gen_ai.tool.call.id", "")
     record.model = (
         record.model or attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model", "")
     )
@@ -110,6 +207,7 @@ def _genai_common(record: SpanRecord) -> None:
         attrs.get("gen_ai.usage.output_tokens") or attrs.get("gen_ai.usage.completion_tokens")
     )
     if record.span_type == "tool":
+        record.tool_call_id = record.tool_call_id or native_tool_call_id(attrs)
         _bodies(record, "gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
     elif record.span_type == "llm":
         _bodies(record, "gen_ai.input.messages", "gen_ai.output.messages")
@@ -142,14 +240,17 @@ def _openinference(record: SpanRecord) -> None:
         record.agent_name = attrs.get("input.value", "")
     elif span_type == "custom" and "guardrail" in lowered:
         span_type = "guardrail"
-    elif span_type == "custom" and lowered.startswith("turn"):
+    elif span_type == "custom" and name == "turn":
+        # The SDK's turn span has no name of its own: OpenInference names it by its type.
         span_type = "turn"
+    # Any other CHAIN is the SDK's task span (named after the workflow) or a custom span:
+    # only its place in the trace tells which (normalize_trace).
     record.span_type = span_type
     if span_type == "agent":
         record.agent_name = attrs.get("agent.name") or attrs.get("graph.node.id") or name
     if span_type == "tool":
         record.tool_name = attrs.get("tool.name") or name
-        record.tool_call_id = attrs.get("tool_call.id") or attrs.get("tool.id", "")
+        record.tool_call_id = native_tool_call_id(attrs)
     record.model = attrs.get("llm.model_name", "")
     record.input_tokens = _int(attrs.get("llm.token_count.prompt"))
     record.output_tokens = _int(attrs.get("llm.token_count.completion"))
@@ -175,50 +276,56 @@ def _traceloop(record: SpanRecord) -> None:
         _bodies(record, "traceloop.entity.input", "traceloop.entity.output")
 
 
+def _logfire_type(template: str, sdk_type: str) -> str:
+    lowered = template.lower()
+    if sdk_type in ("task", "turn"):
+        return sdk_type
+    for prefix, span_type in (
+        ("agent run", "agent"),
+        ("responses api", "llm"),
+        ("chat completion", "llm"),
+        ("generation", "llm"),
+        ("function", "tool"),
+        ("handoff", "handoff"),
+        ("guardrail", "guardrail"),
+        ("openai agents trace", "workflow"),
+        ("agent workflow", "workflow"),
+        ("mcp", "mcp"),
+        ("turn", "turn"),
+        ("task", "task"),
+    ):
+        if lowered.startswith(prefix):
+            return span_type
+    return "custom"
+
+
 def _logfire(record: SpanRecord) -> None:
     attrs = record.span_attributes
     record.dialect = "logfire"
     template = attrs.get("logfire.msg_template", "")
-    lowered = template.lower()
-    sdk_type = attrs.get("sdk_span_type", "")
-    if sdk_type in ("task", "turn"):
-        span_type = sdk_type
-    elif lowered.startswith("agent run"):
-        span_type = "agent"
-        record.agent_name = attrs.get("name", "")
-    elif lowered.startswith(("responses api", "chat completion", "generation")):
-        span_type = "llm"
-    elif lowered.startswith("function"):
-        span_type = "tool"
-        record.tool_name = attrs.get("name", "")
-    elif lowered.startswith("handoff"):
-        span_type = "handoff"
-        record.agent_name = attrs.get("from_agent", "")
-    elif lowered.startswith("guardrail"):
-        span_type = "guardrail"
-    elif lowered.startswith("openai agents trace") or lowered.startswith("agent workflow"):
-        span_type = "workflow"
-    elif lowered.startswith("mcp"):
-        span_type = "mcp"
-    elif lowered.startswith("turn"):
-        span_type = "turn"
-    elif lowered.startswith("task"):
-        span_type = "task"
-    else:
-        span_type = "custom"
+    span_type = _logfire_type(template, attrs.get("sdk_span_type", ""))
     record.span_type = span_type
+    # Logfire names a span by its unrendered template; the template itself stays an attribute.
+    record.span_name = render_template(template, attrs) if template else record.span_name
+    if span_type == "agent":
+        record.agent_name = attrs.get("name", "")
+    elif span_type == "tool":
+        record.tool_name = attrs.get("name", "")
+    elif span_type == "handoff":
+        record.agent_name = attrs.get("from_agent", "")
+    elif span_type == "workflow" and attrs.get("name"):
+        attrs.setdefault("gen_ai.workflow.name", attrs["name"])  # what the run summary reads
     _genai_common(record)
     if not record.model:
         record.model = attrs.get("gen_ai.request.model") or attrs.get("model", "")
     if not record.input_key:
-        _bodies(record, "input", "output" if "output" in attrs else "response")
+        # Responses API spans keep the SDK's input items in raw_input, not input.
+        _bodies(record, "input" if "input" in attrs else "raw_input", None)
+    if not record.output_key:
+        _bodies(record, None, "output" if "output" in attrs else "response")
     error = attrs.get("error")
     if error and not record.error_type:
-        try:
-            parsed = json.loads(error)
-            record.error_type = str(parsed.get("message", "")) if isinstance(parsed, dict) else ""
-        except (json.JSONDecodeError, RecursionError):
-            record.error_type = ""
+        record.error_type = canonical_error_type(error)
 
 
 def _genai(record: SpanRecord) -> None:
@@ -238,16 +345,20 @@ def _genai(record: SpanRecord) -> None:
         span_type = "guardrail"
     elif span_type == "agent" and not record.parent_span_id and record.span_kind == "Server":
         span_type = "workflow"  # contrib -v2 roots the trace in a SERVER invoke_agent span
+    elif contrib and op == _CONTRIB_UNKNOWN:
+        # The SDK's task, turn, custom and MCP spans: the SDK itself exports task and turn
+        # as custom spans; their place in the trace tells them apart (normalize_trace).
+        span_type = "custom"
     record.span_type = span_type
     agent = record.agent_name or attrs.get("gen_ai.agent.name", "")
-    if contrib and agent == _CONTRIB_PLACEHOLDER_AGENT:
-        agent = ""
     if span_type == "agent" and not agent and name.startswith(op + " "):
         agent = name[len(op) + 1 :]
     record.agent_name = agent if span_type != "workflow" else ""
     if span_type == "tool" and not attrs.get("gen_ai.tool.name") and name.startswith(op + " "):
         record.tool_name = name[len(op) + 1 :]
     _genai_common(record)
+    if contrib and record.agent_name == _CONTRIB_PLACEHOLDER_AGENT:
+        record.agent_name = ""  # stamped on every span, not an agent of the run
 
 
 _DIALECTS: tuple[tuple[str, Callable[[SpanRecord], None]], ...] = (
@@ -262,13 +373,13 @@ _DIALECTS: tuple[tuple[str, Callable[[SpanRecord], None]], ...] = (
 def _error_type(record: SpanRecord) -> str:
     explicit = record.span_attributes.get("error.type")
     if explicit:
-        return explicit
+        return canonical_error_type(explicit)
     if record.status_code != "Error":
         return ""
     for name, attributes in zip(record.event_names, record.event_attributes, strict=False):
         if name == "exception" and attributes.get("exception.type"):
-            return attributes["exception.type"]
-    return record.status_message[:200] or "error"
+            return canonical_error_type(attributes["exception.type"])
+    return canonical_error_type(record.status_message) or "error"
 
 
 def normalize_one(record: SpanRecord) -> None:
@@ -288,18 +399,43 @@ def normalize_one(record: SpanRecord) -> None:
 
 
 def normalize(records: list[SpanRecord]) -> list[SpanRecord]:
-    roots: dict[str, str] = {}
+    """The ingest processor: every span on its own, then the tool-call ids this batch can join."""
     for record in records:
         normalize_one(record)
-        if not record.parent_span_id:
-            roots[record.trace_id] = record.span_name
-    for record in records:
-        # A CHAIN/custom span named like its trace's root is the SDK's task span
-        # (OpenInference names both after the workflow).
-        if (
-            record.span_type == "custom"
-            and record.dialect == "openinference"
-            and record.parent_span_id
-        ) and roots.get(record.trace_id) == record.span_name:
-            record.span_type = "task"
+    link_tool_calls(records, whole_trace=False)
     return records
+
+
+def _typed_by_structure(record: SpanRecord) -> bool:
+    """A span whose instrumentation dropped the SDK type: task, turn or custom."""
+    if record.span_type != "custom":
+        return False
+    attrs = record.span_attributes
+    if record.dialect == "openinference":
+        return attrs.get("openinference.span.kind", "").upper() == "CHAIN"
+    return (
+        record.dialect == "otel-contrib-v2"
+        and attrs.get("gen_ai.operation.name") == _CONTRIB_UNKNOWN
+    )
+
+
+def _type_by_structure(records: list[SpanRecord]) -> None:
+    # The SDK nests agent spans in the run's task span and a turn's model and tool spans in
+    # a turn span under its agent span; custom spans sit anywhere else.
+    by_id = {r.span_id: r for r in records}
+    parents_of_agents = {r.parent_span_id for r in records if r.span_type == "agent"}
+    for record in records:
+        if not _typed_by_structure(record):
+            continue
+        parent = by_id.get(record.parent_span_id)
+        if record.span_id in parents_of_agents:
+            record.span_type = "task"
+        elif parent is not None and parent.span_type == "agent":
+            record.span_type = "turn"
+
+
+def normalize_trace(records: list[SpanRecord]) -> None:
+    """What only the whole trace tells, for ``records`` holding every span of their traces
+    (the read API's run view). Pure and order-independent: the same spans, the same run."""
+    _type_by_structure(records)
+    link_tool_calls(records, whole_trace=True)

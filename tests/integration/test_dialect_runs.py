@@ -1,0 +1,179 @@
+"""Every dialect, model API and batching, through the real collector (gRPC and HTTP, the
+embedded ClickHouse, the read API): the run a user or the replay worker reads back is the same
+whether the trace came in one request or one span per request in shuffled order, root last;
+and it is the same run whatever instrumentation recorded it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+from afr.incident import ModelApi
+from collector.decode import decode_json
+from collector.store.schema import SPANS_TABLE
+from replay_worker.replay.fixture import build_fixture
+from tests.dialects import (
+    PLAIN_GENAI,
+    RECORDINGS,
+    SDK_TOOL_ERROR,
+    SDK_TYPES,
+    Recording,
+    afr_run_body,
+    one_request_per_span,
+    request_body,
+    with_trace_id,
+)
+from tests.integration.conftest import Running, start_collector
+
+AFR = {
+    "responses": Recording("afr (live)", "afr", "responses", SDK_TYPES, "refund-desk"),
+    "chat": Recording("afr (live)", "afr", "chat", SDK_TYPES, "refund-desk"),
+}
+CASES = [*RECORDINGS, PLAIN_GENAI, *AFR.values()]
+AGENTS = ["Refund Agent", "Triage Agent"]
+# Ids the tool spans carry themselves (handoff tool calls included).
+NATIVE = {"genai": {"call_handoff_1"}}.get
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    thread, running = start_collector(Path(tmp_path_factory.mktemp("dialects")) / "data")
+    yield running
+    thread.stop()
+
+
+@pytest.fixture(scope="module")
+def afr_bodies() -> dict[str, dict[str, Any]]:
+    apis: tuple[ModelApi, ...] = ("responses", "chat")
+    return {api: afr_run_body(api) for api in apis}
+
+
+def body_of(recording: Recording, afr_bodies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return afr_bodies[recording.api] if recording.dialect == "afr" else request_body(recording)
+
+
+def export_grpc(running: Running, body: dict[str, Any]) -> None:
+    request = decode_json(json.dumps(body).encode())
+    with grpc.insecure_channel(f"127.0.0.1:{running.collector.grpc_port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)  # type: ignore[no-untyped-call]
+        answer = stub.Export(request, metadata=(("authorization", f"Bearer {running.key}"),))
+    assert not answer.HasField("partial_success")
+
+
+def export_http(running: Running, body: dict[str, Any]) -> None:
+    answer = httpx.post(
+        running.http_url + "/v1/traces", json=body, headers=running.headers(), timeout=10
+    )
+    assert answer.status_code == 200, answer.text
+
+
+def ingest(running: Running, body: dict[str, Any], batching: str) -> str:
+    """Sends the run under a fresh trace id; returns the run id once it reads back."""
+    run_id = uuid.uuid4().hex
+    body = with_trace_id(body, run_id)
+    if batching == "whole trace, gRPC":
+        export_grpc(running, body)
+    else:
+        for request in one_request_per_span(body, seed=int(run_id[:8], 16)):
+            export_http(running, request)
+    return run_id
+
+
+def view(run: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """What a user sees of each span, keyed by span id (stable across trace ids)."""
+    return sorted(
+        (
+            s["span_id"],
+            s["name"],
+            s["span_type"],
+            s["agent_name"],
+            s["tool_name"],
+            s["tool_call_id"],
+            s["error_type"],
+            s["input"],
+            s["output"],
+        )
+        for s in run["spans"]
+    )
+
+
+def stored(running: Running, run_id: str) -> dict[str, tuple[str, str]]:
+    """SpanType and ToolCallId per span as stored: what Grafana reads, not the run view."""
+    table = SPANS_TABLE  # a constant; the trace id is a bound parameter
+    sql = f"SELECT SpanId, SpanType, ToolCallId FROM {{db}}.{table} FINAL WHERE TraceId = {{t:String}}"  # noqa: S608
+    return {
+        span_id: (kind, call) for span_id, kind, call in running.store.query(sql, {"t": run_id})
+    }
+
+
+@pytest.mark.parametrize("recording", CASES, ids=[f"{c.name}-{c.api}" for c in CASES])
+def test_the_run_reads_back_the_same_whatever_the_batching(
+    collector: Running, afr_bodies: dict[str, dict[str, Any]], recording: Recording
+) -> None:
+    body = body_of(recording, afr_bodies)
+    whole = ingest(collector, body, "whole trace, gRPC")
+    split = ingest(collector, body, "one span per request, shuffled, root last, HTTP")
+    runs = {run_id: collector.run(run_id) for run_id in (whole, split)}
+    assert view(runs[whole]) == view(runs[split])
+    stored_whole, stored_split = stored(collector, whole), stored(collector, split)
+    assert {k: t for k, (t, _) in stored_whole.items()} == {
+        k: t for k, (t, _) in stored_split.items()
+    }
+    # Ingest joins what its request holds: the whole trace, not a lone tool span.
+    assert {c for _, c in stored_whole.values()} == {
+        "",
+        "call_refund_1",
+        *NATIVE(recording.dialect, set()),
+    }
+    assert {c for _, c in stored_split.values()} <= {
+        "",
+        "call_refund_1",
+        *NATIVE(recording.dialect, set()),
+    }
+
+    for run in runs.values():
+        summary, spans = run["run"], run["spans"]
+        assert Counter(s["span_type"] for s in spans) == recording.span_types
+        assert {s["dialect"] for s in spans} == {recording.dialect}
+        assert summary["agents"] == AGENTS
+        assert summary["workflow"] == recording.workflow
+        assert all("{" not in s["name"] for s in spans), "rendered names, never templates"
+        (tool,) = [s for s in spans if s["span_type"] == "tool"]
+        assert (tool["tool_name"], tool["tool_call_id"]) == ("refund_order", "call_refund_1")
+        assert all(s["input"] for s in spans if s["span_type"] == "llm")
+        if recording is not PLAIN_GENAI:
+            assert summary["failing_error_type"] == SDK_TOOL_ERROR
+            assert tool["error_type"] == SDK_TOOL_ERROR
+
+
+def test_the_placeholder_agent_is_no_agent(
+    collector: Running, afr_bodies: dict[str, dict[str, Any]]
+) -> None:
+    contrib = [r for r in RECORDINGS if r.dialect == "otel-contrib-v2"]
+    for recording in contrib:
+        ingest(collector, body_of(recording, afr_bodies), "whole trace, gRPC")
+        ingest(collector, body_of(recording, afr_bodies), "one span per request")
+    collector.collector.flush()
+    listed = collector.api("/api/v1/runs", agent="OpenAI Agent", limit=100).json()["runs"]
+    assert listed == []
+    assert collector.api("/api/v1/runs", agent="Refund Agent", limit=100).json()["runs"]
+
+
+def test_the_joined_tool_call_id_reaches_the_replay_fixture(
+    collector: Running, afr_bodies: dict[str, dict[str, Any]]
+) -> None:
+    # One span per request: ingest cannot join, the run view the worker reads does.
+    (recording,) = [r for r in RECORDINGS if r.dialect == "openllmetry" and r.api == "responses"]
+    run_id = ingest(collector, body_of(recording, afr_bodies), "one span per request")
+    assert {call for _, call in stored(collector, run_id).values()} == {""}
+    fixture = build_fixture(collector.run(run_id))
+    assert [(c.tool, c.call_id) for c in fixture.tool_calls] == [("refund_order", "call_refund_1")]
