@@ -27,6 +27,7 @@ missing piece named.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -176,7 +177,31 @@ def _user_input(messages: Any) -> str:
     return "\n".join(t for t in texts if t)
 
 
-def _instructions(attributes: dict[str, Any], messages: Any) -> str | None:
+def _response_object(span: dict[str, Any]) -> dict[str, Any]:
+    """The Responses API ``Response`` an instrumentation kept whole (Logfire's ``response``
+    attribute, which normalization made the span's output), or {}."""
+    parsed = _json(span.get("output"))
+    if isinstance(parsed, dict) and parsed.get("object") == "response":
+        return parsed
+    return {}
+
+
+def _openinference_system(attributes: dict[str, Any]) -> str | None:
+    index = 0
+    while (role := attributes.get(f"llm.input_messages.{index}.message.role")) is not None:
+        if role == "system":
+            return str(attributes.get(f"llm.input_messages.{index}.message.content") or "")
+        index += 1
+    return None
+
+
+def _instructions(span: dict[str, Any], attributes: dict[str, Any], messages: Any) -> str | None:
+    response = _response_object(span)
+    if isinstance(response.get("instructions"), str):
+        return str(response["instructions"])
+    flattened = _openinference_system(attributes)
+    if flattened is not None:
+        return flattened
     parts = _json(attributes.get(sc.GEN_AI_SYSTEM_INSTRUCTIONS))
     if isinstance(parts, list):
         return "\n".join(
@@ -205,8 +230,10 @@ def _tool_definition(definition: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _tool_definitions(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+def _tool_definitions(span: dict[str, Any], attributes: dict[str, Any]) -> list[dict[str, Any]]:
     definitions = _json(attributes.get(sc.GEN_AI_TOOL_DEFINITIONS))
+    if not isinstance(definitions, list) and isinstance(_response_object(span).get("tools"), list):
+        definitions = _response_object(span)["tools"]
     if not isinstance(definitions, list):  # OpenInference: llm.tools.{i}.tool.json_schema
         definitions = []
         index = 0
@@ -285,6 +312,10 @@ def _run_input(spans: list[dict[str, Any]]) -> str | list[Any] | None:
     return None
 
 
+def _snake(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
 def _recorded_agent(definition: dict[str, Any], seen: AgentSpec | None) -> AgentSpec:
     """An agent as the exporter recorded it at the start of the run; what the spans showed
     fills what the recording could not hold (dynamic instructions)."""
@@ -324,6 +355,7 @@ def build_fixture(run: dict[str, Any]) -> Fixture:
             entry = entry or name
     hosted: set[str] = set()
     seen_llm: set[str] = set()
+    handoff_tools: dict[str, set[str]] = {}
     for span in spans:
         if span["span_type"] != "llm":
             continue
@@ -334,12 +366,12 @@ def build_fixture(run: dict[str, Any]) -> Fixture:
         attributes = span["attributes"]
         messages = _json(span.get("input")) or _json(attributes.get(sc.GEN_AI_INPUT_MESSAGES))
         if spec.instructions is None:
-            spec.instructions = _instructions(attributes, messages)
+            spec.instructions = _instructions(span, attributes, messages)
         spec.model = spec.model or span.get("model") or attributes.get(sc.GEN_AI_REQUEST_MODEL)
         if owner not in seen_llm:
             seen_llm.add(owner)
             spec.model_settings = _settings(None, attributes, attributes.get(sc.AFR_MODEL_API))
-        tools = _tool_definitions(attributes)
+        tools = _tool_definitions(span, attributes)
         hosted |= {str(t["name"] or t["type"]) for t in tools if t["type"] != "function"}
         offered = [
             {k: v for k, v in t.items() if k != "type"}
@@ -348,6 +380,15 @@ def build_fixture(run: dict[str, Any]) -> Fixture:
         ]
         if offered:
             spec.tools = [t for t in offered if not str(t["name"]).startswith(_HANDOFF_PREFIX)]
+            handoff_tools.setdefault(owner, set()).update(
+                str(t["name"]) for t in offered if str(t["name"]).startswith(_HANDOFF_PREFIX)
+            )
+    # Handoffs the agent spans did not list (other instrumentations): the SDK's handoff tools
+    # are named transfer_to_<agent name in snake case>.
+    by_tool_name = {_HANDOFF_PREFIX + _snake(name): name for name in agents}
+    for owner, names in handoff_tools.items():
+        if not agents[owner].handoffs:
+            agents[owner].handoffs = sorted(by_tool_name[n] for n in names if n in by_tool_name)
     recorded = _json(task_attributes.get(sc.AFR_AGENTS))
     if isinstance(recorded, dict) and isinstance(recorded.get("agents"), dict):
         entry = str(recorded.get("entry") or entry or "") or None
