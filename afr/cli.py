@@ -93,6 +93,10 @@ def _up(args: argparse.Namespace) -> int:
         if worker_server is not None:
             print(f"  replay hook http://{worker.settings.host}:{worker_port}/hooks/replay")
             print(
+                f"    ({worker.settings.concurrency} replay processes; jobs and spend in "
+                f"{worker.settings.state_path})"
+            )
+            print(
                 f"    (signing secret in {settings.data_dir / WEBHOOK_SECRET_FILE}; try: afr replay <run id>)"
             )
         if collector.recovered_rows:
@@ -128,6 +132,8 @@ async def _start_worker(settings: Any, collector: Any) -> tuple[Any, Any, Any, i
         overrides["collector_key"] = read_local_key(settings.data_dir)
     if "AFR_WORKER_WEBHOOK_SECRET" not in os.environ:
         overrides["webhook_secret"] = ensure_webhook_secret(settings.data_dir)
+    if "AFR_WORKER_DATA_DIR" not in os.environ:
+        overrides["data_dir"] = settings.data_dir / "worker"
     worker = ReplayWorker(WorkerSettings(**overrides))
     server, task, port = await worker.serve()
     return worker, server, task, port
@@ -146,6 +152,10 @@ def _worker(args: argparse.Namespace) -> int:
         worker = ReplayWorker(WorkerSettings())
         server, task, port = await worker.serve()
         print(f"afr replay worker up: POST http://{worker.settings.host}:{port}/hooks/replay")
+        print(
+            f"  {worker.settings.concurrency} replay processes; jobs and spend in "
+            f"{worker.settings.state_path}"
+        )
         sys.stdout.flush()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -172,7 +182,9 @@ def _replay(args: argparse.Namespace) -> int:
         secret = path.read_text().strip()
     stubs = dict(item.split("=", 1) for item in args.stub)
     try:
-        accepted = request_replay(args.worker, secret, args.run_id, model=args.model, stubs=stubs)
+        accepted = request_replay(
+            args.worker, secret, args.run_id, model=args.model, stubs=stubs, policy=args.policy
+        )
     except Exception as exc:
         print(f"afr replay: {exc}", file=sys.stderr)
         return 1
@@ -263,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--model", help="model to replay against (default: the run's)")
     replay.add_argument(
         "--stub", action="append", default=[], help="tool=output: replay_stub_output for a tool"
+    )
+    replay.add_argument(
+        "--policy",
+        choices=("exact", "strict", "lenient"),
+        default=None,
+        help="how calls are matched to captured ones (lenient: approximate verdict)",
     )
     replay.add_argument("--timeout-s", type=float, default=300)
     collector_flags(replay)

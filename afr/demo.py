@@ -135,6 +135,7 @@ def _replay(collector: Any, key: str, data_dir: Path, run_id: str, desk: RefundD
             webhook_secret=secret,
             model_base_url=model.base_url,
             model_api_key="scripted-no-key",
+            data_dir=data_dir / "worker",
         )
         with WorkerThread(settings) as worker:
             print("5. signed POST /hooks/replay: replay against a model that sends amount=12.0,")

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from bench import collector_bench, exporter_bench
+from bench import collector_bench, exporter_bench, worker_bench
 
-BENCHES = {"exporter": exporter_bench.main, "collector": collector_bench.main}
+BENCHES = {
+    "exporter": exporter_bench.main,
+    "collector": collector_bench.main,
+    "worker": worker_bench.main,
+}
 
 
 def main(argv: list[str]) -> int:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -108,6 +110,16 @@ _worker_processors: list[tuple[str, Processor]] = []
 def _init_worker(factory: ProcessorFactory) -> None:
     global _worker_processors
     _worker_processors = factory()
+    # A collector killed with SIGKILL cannot shut its pool down: each worker follows its
+    # parent out (and the multiprocessing resource tracker, whose pipe they hold, with them).
+    parent = os.getppid()
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+
+def _exit_with_parent(parent: int, interval_s: float = 0.5) -> None:
+    while os.getppid() == parent:
+        time.sleep(interval_s)
+    os._exit(0)
 
 
 def _work(raw: bytes, as_json: bool, project_id: str, now_ns: int) -> ProcessedRequest:

@@ -246,6 +246,12 @@ class SpanConverter:
                 trace_flags=_SAMPLED,
             )
             links.append(Link(source_context, {sc.AFR_RUN_KIND: "source"}))
+        linked = metadata.get(sc.METADATA_LINKED_RUNS)
+        for role, run_id in linked.items() if isinstance(linked, Mapping) else []:
+            if isinstance(run_id, str) and run_id:
+                sdk_id = run_id if run_id.startswith("trace_") else f"trace_{run_id}"
+                other = SpanContext(otel_trace_id(sdk_id), workflow_span_id(sdk_id), True, _SAMPLED)
+                links.append(Link(other, {sc.AFR_LINK_ROLE: str(role)}))
         context = SpanContext(
             otel_trace_id(trace.trace_id),
             workflow_span_id(trace.trace_id),
@@ -341,6 +347,9 @@ class SpanConverter:
         if isinstance(run_start.max_turns, int):
             draft.put(sc.AFR_RUN_MAX_TURNS, run_start.max_turns)
         definitions = agent_definitions(run_start.starting_agent, run_start.run_config)
+        if definitions and (run_input is None or not self._capture_content):
+            for definition in definitions["agents"].values():  # content stays out
+                definition["instructions"] = None
         if definitions:
             draft.put(sc.AFR_AGENTS, to_json(definitions))
 

@@ -95,10 +95,15 @@ AFR_CONTENT_CAPTURED: Final = "afr.content.captured"
 RUN_KIND_CAPTURE: Final = "capture"
 RUN_KIND_REPLAY: Final = "replay"
 RUN_KIND_EVAL: Final = "eval"
-RUN_KINDS: Final = (RUN_KIND_CAPTURE, RUN_KIND_REPLAY, RUN_KIND_EVAL)
+RUN_KIND_SWEEP: Final = "sweep"
+RUN_KINDS: Final = (RUN_KIND_CAPTURE, RUN_KIND_REPLAY, RUN_KIND_EVAL, RUN_KIND_SWEEP)
 
 # Trace-metadata keys a caller (the replay worker) sets to mark what a run is.
 METADATA_RUN_KIND: Final = "afr.run_kind"
 METADATA_SOURCE_RUN_ID: Final = "afr.source_run_id"
+METADATA_LINKED_RUNS: Final = "afr.linked_runs"
+"""``{role: run id}`` of more runs the root links to (an eval run: its replay; a sweep: its
+eval runs); each becomes an OTel link with ``afr.link.role``."""
+AFR_LINK_ROLE: Final = "afr.link.role"
 
 SCOPE_NAME: Final = "afr.exporter"

@@ -1,13 +1,17 @@
 """The replay worker's HTTP service: a signed hook starts a replay, a job URL reports it.
 
-``POST /hooks/replay``  body ``{"run_id": "...", "model": "...", "stubs": {"tool": "output"}}``
+``POST /hooks/replay``  body ``{"run_id": "...", "model": "...", "stubs": {"tool": "output"},
+                        "policy": "exact" | "strict" | "lenient"}``
                         Standard Webhooks signature; 202 ``{"job_id", "state", "status_url"}``;
                         the same ``webhook-id`` again answers with the same job.
-``GET /jobs/{job_id}``  state and, when done, the verdict (or why it failed).
-``GET /healthz``
+``GET /jobs/{job_id}``  state and, when done, the verdict (or why it failed), its cost and
+                        any overrun; from the state store, so any worker on it answers.
+``GET /healthz``        the day's spend and overrun, jobs by state, the replay pool; 503
+                        with the reason when jobs are not being run.
 
-The worker reads runs only through the collector's read API and writes its replays only as
-OTLP through afr's exporter (``exporter.install``), to the collector.
+Jobs run in a bounded pool of replay processes (``AFR_WORKER_CONCURRENCY``). Each reads its
+run only through the collector's read API and writes its replay only as OTLP through afr's
+exporter (``exporter.install``, in the replay process), to the collector.
 """
 
 from __future__ import annotations
@@ -18,23 +22,21 @@ import logging
 import re
 import socket
 import threading
+import time
 from typing import Any
 
 import uvicorn
-from agents import Model
-from openai import AsyncOpenAI
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-import exporter
-from replay_worker.client import CollectorClient
 from replay_worker.hooks.signature import SignatureError, verify
 from replay_worker.jobs import JobRunner
 from replay_worker.settings import WorkerSettings
+from replay_worker.state import Clock
 
-__all__ = ["ReplayWorker", "WorkerThread", "openai_model_factory"]
+__all__ = ["ReplayWorker", "WorkerThread"]
 
 logger = logging.getLogger("afr.worker")
 
@@ -42,48 +44,12 @@ _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 _MAX_HOOK_BYTES = 1024 * 1024
 
 
-def openai_model_factory(settings: WorkerSettings) -> Any:
-    """Real model classes over the real ``openai`` client: OpenAI, or any compatible base URL."""
-    from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
-    from agents.models.openai_responses import OpenAIResponsesModel
-
-    key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
-    client = AsyncOpenAI(
-        base_url=settings.model_base_url, api_key=key or "missing-api-key", max_retries=1
-    )
-
-    def build(name: str) -> Model:
-        if settings.model_api == "chat":
-            return OpenAIChatCompletionsModel(model=name, openai_client=client)
-        return OpenAIResponsesModel(model=name, openai_client=client)
-
-    return build
-
-
 class ReplayWorker:
-    def __init__(
-        self, settings: WorkerSettings, *, model_factory: Any = None, install_exporter: bool = True
-    ) -> None:
+    def __init__(self, settings: WorkerSettings, *, clock: Clock = time.time) -> None:
         self.settings = settings
-        key = settings.collector_key.get_secret_value() if settings.collector_key else None
-        self._processor = None
-        if install_exporter:
-            headers = {"authorization": f"Bearer {key}"} if key else None
-            self._processor = exporter.install(
-                endpoint=settings.collector_otlp_endpoint, headers=headers
-            )
-        self.jobs = JobRunner(
-            settings,
-            CollectorClient(settings.collector_url, key),
-            model_factory or openai_model_factory(settings),
-            after_replay=self._flush,
-        )
+        self.jobs = JobRunner(settings, clock=clock)
         if settings.webhook_secret is None:
             logger.warning("no AFR_WORKER_WEBHOOK_SECRET: every replay hook will be refused")
-
-    def _flush(self) -> None:
-        if self._processor is not None:
-            self._processor.force_flush(10)
 
     async def hook(self, request: Request) -> Response:
         declared = request.headers.get("content-length", "")
@@ -116,6 +82,9 @@ class ReplayWorker:
             run_id = str(payload["run_id"]).lower().removeprefix("trace_")
             model = payload.get("model")
             stubs = payload.get("stubs") or {}
+            policy = payload.get("policy", "exact")
+            if policy not in ("exact", "strict", "lenient"):
+                raise ValueError("policy must be exact, strict or lenient")
             if not _RUN_ID.match(run_id):
                 raise ValueError("run_id must be 32 hex digits")
             if model is not None and not isinstance(model, str):
@@ -124,20 +93,26 @@ class ReplayWorker:
                 raise ValueError("stubs maps tool names to output strings")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return JSONResponse({"error": f"bad replay request: {exc}"}, status_code=400)
-        job, _ = self.jobs.submit(webhook_id, run_id, model, {str(k): v for k, v in stubs.items()})
+        job, _ = await self.jobs.submit(
+            webhook_id, run_id, model, {str(k): v for k, v in stubs.items()}, policy
+        )
         return JSONResponse(
             {"job_id": job.job_id, "state": job.state, "status_url": f"/jobs/{job.job_id}"},
             status_code=202,
         )
 
     async def job(self, request: Request) -> Response:
-        job = self.jobs.get(str(request.path_params["job_id"]))
+        job = await self.jobs.get(str(request.path_params["job_id"]))
         if job is None:
             return JSONResponse({"error": "no such job"}, status_code=404)
         return JSONResponse(job.to_json())
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"ok": True, "day_spent_usd": round(self.jobs.day.spent_usd, 6)})
+        failure = self.jobs.failure
+        body = {"ok": failure is None, **await self.jobs.stats()}
+        if failure is not None:
+            body["error"] = failure
+        return JSONResponse(body, status_code=200 if failure is None else 503)
 
     def app(self) -> Starlette:
         return Starlette(
@@ -151,8 +126,9 @@ class ReplayWorker:
     async def serve(
         self, sock: socket.socket | None = None
     ) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
-        """Starts serving on ``sock`` (or the configured host/port); returns the server,
-        its task and the bound port."""
+        """Starts the job runner and serves on ``sock`` (or the configured host/port);
+        returns the server, its task and the bound port. The task ends after the server
+        stops (``server.should_exit``) and the runner has stopped with it."""
         if sock is None:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -161,7 +137,15 @@ class ReplayWorker:
         server = uvicorn.Server(
             uvicorn.Config(self.app(), log_level="warning", lifespan="off", access_log=False)
         )
-        task = asyncio.create_task(server.serve(sockets=[sock]))
+        await self.jobs.start()
+
+        async def serve_then_stop() -> None:
+            try:
+                await server.serve(sockets=[sock])
+            finally:
+                await self.jobs.stop()
+
+        task = asyncio.create_task(serve_then_stop())
         while not server.started:
             if task.done():
                 task.result()

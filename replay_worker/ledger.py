@@ -3,87 +3,139 @@
 Every model call of the worker goes through ``LedgerModel``: it reserves the worst-case cost
 of the request (input at one token per character, output at the call's ``max_tokens``,
 priced from the table) before sending, settles to the reported usage after, charges the
-full reservation when the outcome is unknown (an error, a missing usage), and refuses —
-before any request leaves — once the job's or the day's budget would be exceeded.
+full reservation when the outcome is unknown (an error, a missing usage, a replay process
+that died mid-request), and refuses — before any request leaves — once the job's or the
+day's budget would be exceeded. Usage above the reservation is charged in full and recorded
+as an overrun, never capped.
+
+The day's spend lives in the state store, so every job of every worker process sharing it
+counts against one budget. A request is charged to the UTC day its reservation was made,
+even when it settles after midnight. The clock is passed in (epoch seconds).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import threading
+import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agents import Model, ModelResponse, ModelSettings, ModelTracing
 
-__all__ = ["BudgetExceeded", "DayBudget", "JobLedger", "LedgerModel"]
+from replay_worker.state import Clock, DaySpend, StateStore, nusd, usd, utc_day
+
+__all__ = [
+    "BudgetExceeded",
+    "Clock",
+    "DayBudget",
+    "JobLedger",
+    "LedgerModel",
+    "Reservation",
+    "utc_day",
+]
 
 
 class BudgetExceeded(Exception):
     """The request was not sent: its worst-case cost does not fit the budget left."""
 
 
-@dataclass
 class DayBudget:
-    """Spending across all jobs of a UTC day, shared by the worker's jobs."""
+    """Spending across all jobs of a UTC day, shared through the state store by every worker
+    process that uses it."""
 
-    limit_usd: float
-    spent_usd: float = 0.0
-    day: dt.date = field(default_factory=lambda: dt.datetime.now(dt.UTC).date())
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, store: StateStore, limit_usd: float, clock: Clock = time.time) -> None:
+        self.store = store
+        self.limit_usd = limit_usd
+        self.clock = clock
 
-    def _roll(self) -> None:
-        today = dt.datetime.now(dt.UTC).date()
-        if today != self.day:
-            self.day, self.spent_usd = today, 0.0
+    def today(self) -> str:
+        return utc_day(self.clock())
+
+    def spend(self, day: str | None = None) -> DaySpend:
+        return self.store.day(day or self.today())
 
 
-@dataclass
+@dataclass(frozen=True)
+class Reservation:
+    model: str
+    day: str
+    cost_nusd: int
+
+    @property
+    def cost_usd(self) -> float:
+        return usd(self.cost_nusd)
+
+
 class JobLedger:
-    limit_usd: float
-    day: DayBudget
-    prices_per_mtok: dict[str, tuple[float, float]]
-    reserved_usd: float = 0.0
-    spent_usd: float = 0.0
-    requests: int = 0
+    """One job's model spend. The job's budget is checked here (a job runs in one process);
+    the day's is checked and recorded atomically in the store, with the job's row."""
+
+    def __init__(
+        self,
+        limit_usd: float,
+        day: DayBudget,
+        prices_per_mtok: dict[str, tuple[float, float]],
+        *,
+        job_id: str | None = None,
+    ) -> None:
+        self.limit_usd = limit_usd
+        self.day = day
+        self.prices_per_mtok = prices_per_mtok
+        self.job_id = job_id
+        self._charged_nusd = 0  # settled costs plus outstanding reservations in full
+        self._in_flight_nusd = 0
+        self._overrun_nusd = 0
+        self.requests = 0
+
+    @property
+    def cost_usd(self) -> float:
+        return usd(self._charged_nusd)
+
+    @property
+    def in_flight_usd(self) -> float:
+        return usd(self._in_flight_nusd)
+
+    @property
+    def overrun_usd(self) -> float:
+        return usd(self._overrun_nusd)
 
     def price(self, model: str) -> tuple[float, float]:
         return self.prices_per_mtok.get(model) or self.prices_per_mtok["*"]
 
-    def reserve(self, model: str, input_tokens: int, output_tokens: int) -> float:
+    def cost_nusd(self, model: str, input_tokens: int, output_tokens: int) -> int:
         price_in, price_out = self.price(model)
-        cost = (input_tokens * price_in + output_tokens * price_out) / 1e6
-        with self.day.lock:
-            self.day._roll()
-            if self.spent_usd + self.reserved_usd + cost > self.limit_usd:
-                raise BudgetExceeded(
-                    f"job budget ${self.limit_usd:.4f} would be exceeded by a request of up to ${cost:.4f}"
-                )
-            if self.day.spent_usd + cost > self.day.limit_usd:
-                raise BudgetExceeded(f"day budget ${self.day.limit_usd:.2f} is spent")
-            self.reserved_usd += cost
-            self.day.spent_usd += cost
-            self.requests += 1
-        return cost
+        return nusd((input_tokens * price_in + output_tokens * price_out) / 1e6)
+
+    def reserve(self, model: str, input_tokens: int, output_tokens: int) -> Reservation:
+        cost = self.cost_nusd(model, input_tokens, output_tokens)
+        if self._charged_nusd + cost > nusd(self.limit_usd):
+            raise BudgetExceeded(
+                f"job budget ${self.limit_usd:.4f} would be exceeded by a request of up to "
+                f"${usd(cost):.4f}"
+            )
+        day = self.day.today()
+        if not self.day.store.reserve(day, self.job_id, cost, nusd(self.day.limit_usd)):
+            raise BudgetExceeded(f"day budget ${self.day.limit_usd:.2f} is spent")
+        self._charged_nusd += cost
+        self._in_flight_nusd += cost
+        self.requests += 1
+        return Reservation(model, day, cost)
 
     def settle(
-        self, reserved: float, model: str, input_tokens: int | None, output_tokens: int | None
-    ) -> None:
-        """Replaces a reservation by the real cost; unknown usage keeps the full reservation."""
+        self, reservation: Reservation, input_tokens: int | None, output_tokens: int | None
+    ) -> float:
+        """Replaces a reservation by the real cost and returns it (USD). Unknown usage keeps
+        the full reservation; usage beyond it is charged and recorded as an overrun."""
         if input_tokens is None or output_tokens is None:
-            actual = reserved
+            actual = reservation.cost_nusd
         else:
-            price_in, price_out = self.price(model)
-            actual = min(reserved, (input_tokens * price_in + output_tokens * price_out) / 1e6)
-        with self.day.lock:
-            self.reserved_usd -= reserved
-            self.spent_usd += actual
-            # Across UTC midnight the reservation was counted on the previous day: never
-            # let the refund drive the new day's spend below what it really spent.
-            self.day._roll()
-            self.day.spent_usd = max(0.0, self.day.spent_usd + actual - reserved)
+            actual = self.cost_nusd(reservation.model, input_tokens, output_tokens)
+        self.day.store.settle(reservation.day, self.job_id, reservation.cost_nusd, actual)
+        self._in_flight_nusd -= reservation.cost_nusd
+        self._charged_nusd += actual - reservation.cost_nusd
+        self._overrun_nusd += max(0, actual - reservation.cost_nusd)
+        return usd(actual)
 
 
 class LedgerModel(Model):
@@ -115,7 +167,7 @@ class LedgerModel(Model):
         request_chars = len(json.dumps([system_instructions, input], default=str)) + sum(
             len(json.dumps(getattr(t, "params_json_schema", {}) or {})) for t in tools
         )
-        reserved = self._ledger.reserve(self._model_name, request_chars, self._max_output_tokens)
+        reservation = self._ledger.reserve(self._model_name, request_chars, self._max_output_tokens)
         try:
             response = await self._inner.get_response(
                 system_instructions,
@@ -129,12 +181,11 @@ class LedgerModel(Model):
                 **kwargs,
             )
         except BaseException:
-            self._ledger.settle(reserved, self._model_name, None, None)
+            self._ledger.settle(reservation, None, None)
             raise
         usage = response.usage
         self._ledger.settle(
-            reserved,
-            self._model_name,
+            reservation,
             usage.input_tokens if usage.requests else None,
             usage.output_tokens if usage.requests else None,
         )

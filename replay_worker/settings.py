@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr
@@ -54,6 +55,26 @@ class WorkerSettings(BaseSettings):
     prices_per_mtok: dict[str, tuple[float, float]] = Field(
         default_factory=lambda: dict(DEFAULT_PRICES_PER_MTOK)
     )
+
+    data_dir: Path = Path(".afr/data/worker")
+    """The state store (jobs, webhook ids, the day's spend): every worker process using the
+    same directory shares them. A local disk. ``afr up`` uses ``<its data dir>/worker``."""
+    concurrency: int = Field(default=2, ge=1, le=64)
+    """Replay processes, each running one job at a time (the SDK's trace processors are
+    process-global). Jobs beyond this wait in the queue."""
+    jobs_per_process: int = Field(default=100, ge=1)
+    """Jobs a replay process runs before it is replaced (1: a fresh process for every job)."""
+    job_timeout_s: float = Field(default=600.0, gt=0)
+    """A replay still running after this is killed and its job fails with the reason."""
+    job_lease_s: float = Field(default=30.0, ge=1)
+    """A running job's claim, renewed by its worker; another worker re-queues the job once
+    the lease has run out (its worker died)."""
+    shutdown_grace_s: float = Field(default=10.0, ge=0)
+    """On shutdown, running jobs get this long to finish; the rest are put back in the queue."""
+
+    @property
+    def state_path(self) -> Path:
+        return self.data_dir / "state.sqlite"
 
 
 def _env_secret(name: str) -> SecretStr | None:

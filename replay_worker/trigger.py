@@ -33,6 +33,7 @@ def request_replay(
     *,
     model: str | None = None,
     stubs: dict[str, str] | None = None,
+    policy: str | None = None,
     timeout_s: float = 10,
 ) -> dict[str, Any]:
     payload: dict[str, Any] = {"run_id": run_id}
@@ -40,6 +41,8 @@ def request_replay(
         payload["model"] = model
     if stubs:
         payload["stubs"] = stubs
+    if policy:
+        payload["policy"] = policy
     body = json.dumps(payload).encode()
     headers = signed_headers(secret, body)
     response = httpx.post(

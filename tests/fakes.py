@@ -275,3 +275,17 @@ def stop_process(process: Any, sig: int) -> None:
     process.wait(30)
     if process.stdout is not None:
         process.stdout.close()
+
+
+class ManualClock:
+    """A clock tests move by hand (epoch seconds, like ``time.time``). It pickles, so a
+    worker's replay processes get a copy of it as it was when they started."""
+
+    def __init__(self, now: float = 1_764_460_800.0) -> None:  # 2025-11-30T00:00:00Z
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

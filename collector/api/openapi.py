@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter.semconv import RUN_KINDS
+
 __all__ = ["OPENAPI"]
 
 _RUN = {
@@ -24,7 +26,7 @@ _RUN = {
         "agents": {"type": "array", "items": {"type": "string"}},
         "input_tokens": {"type": "integer"},
         "output_tokens": {"type": "integer"},
-        "kind": {"type": "string", "enum": ["capture", "replay", "eval"]},
+        "kind": {"type": "string", "enum": list(RUN_KINDS)},
         "source_run_id": {"type": "string"},
     },
 }
@@ -67,7 +69,7 @@ OPENAPI: dict[str, Any] = {
                         ("status", {"type": "string", "enum": ["ok", "error"]}),
                         ("workflow", {"type": "string"}),
                         ("agent", {"type": "string"}),
-                        ("kind", {"type": "string", "enum": ["capture", "replay", "eval"]}),
+                        ("kind", {"type": "string", "enum": list(RUN_KINDS)}),
                         ("limit", {"type": "integer", "minimum": 1}),
                         ("cursor", {"type": "string"}),
                     ]

@@ -29,6 +29,7 @@ from collector.model import SpanRecord
 from collector.processors.normalize import normalize_trace
 from collector.receiver.status import http_status
 from collector.store.reader import RunFilter, RunReader, decode_cursor
+from exporter.semconv import RUN_KINDS
 
 __all__ = ["RunsApi"]
 
@@ -190,8 +191,8 @@ class RunsApi:
             if status not in (None, "ok", "error"):
                 raise ValueError("status must be ok or error")
             kind = query.get("kind")
-            if kind not in (None, "capture", "replay", "eval"):
-                raise ValueError("kind must be capture, replay or eval")
+            if kind is not None and kind not in RUN_KINDS:
+                raise ValueError(f"kind must be one of {', '.join(RUN_KINDS)}")
             cursor = decode_cursor(query["cursor"]) if query.get("cursor") else None
         except ValueError as exc:
             return _error(400, str(exc))

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 
 from collector.model import SpanRecord
 from collector.processors.tool_calls import link_tool_calls, native_tool_call_id
+from exporter.semconv import RUN_KINDS
 
 __all__ = [
     "BODY_ATTRIBUTE_BYTES",
@@ -221,7 +222,7 @@ def _afr(record: SpanRecord) -> None:
         record.agent_name = attrs.get("afr.handoff.from_agent", "")
     _genai_common(record)
     kind = attrs.get("afr.run.kind")
-    if kind in ("capture", "replay", "eval"):
+    if kind in RUN_KINDS:
         record.run_kind = kind
     record.source_run_id = attrs.get("afr.source_run_id", "")
 

@@ -10,6 +10,8 @@ metadata into ``afr.source_run_id`` and an OTel span link on the root).
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +23,7 @@ from agents import (
     Model,
     ModelSettings,
     RunConfig,
+    RunHooks,
     Runner,
     gen_trace_id,
     trace,
@@ -51,6 +54,13 @@ class ReplayResult:
     unavailable: list[dict[str, Any]] = field(default_factory=list)
     stubbed: list[dict[str, Any]] = field(default_factory=list)
     invocations: list[dict[str, Any]] = field(default_factory=list)
+    # What happened, as assertions check it: handoffs taken (from, to), model calls (turns),
+    # guardrails run, the final output as JSON, wall time.
+    handoffs: list[tuple[str, str]] = field(default_factory=list)
+    turns: int = 0
+    guardrails: list[dict[str, Any]] = field(default_factory=list)
+    final_output_json: Any = None
+    duration_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,18 +75,41 @@ class ReplayResult:
             "unavailable": self.unavailable,
             "stubbed": self.stubbed,
             "tool_calls": self.invocations,
+            "handoffs": [list(h) for h in self.handoffs],
+            "turns": self.turns,
+            "guardrails": self.guardrails,
+            "duration_s": round(self.duration_s, 3),
         }
 
 
-def _guardrail(name: str, triggered: bool) -> InputGuardrail[Any]:
+class _Observer(RunHooks[Any]):
+    """Records what the run did while it runs (a failed run returns no RunResult)."""
+
+    def __init__(self) -> None:
+        self.handoffs: list[tuple[str, str]] = []
+        self.turns = 0
+
+    async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
+        self.handoffs.append((str(from_agent.name), str(to_agent.name)))
+
+    async def on_llm_start(self, context: Any, agent: Any, *args: Any) -> None:
+        self.turns += 1
+
+
+def _guardrail(name: str, triggered: bool, ran: list[dict[str, Any]]) -> InputGuardrail[Any]:
     async def replayed(context: Any, agent: Any, user_input: Any) -> GuardrailFunctionOutput:
+        ran.append({"name": name, "agent": agent.name, "triggered": triggered})
         return GuardrailFunctionOutput(output_info={"replayed": True}, tripwire_triggered=triggered)
 
     return InputGuardrail(guardrail_function=replayed, name=name)
 
 
 def _agents(
-    fixture: Fixture, registry: StubRegistry, model_for: ModelFactory, model_override: str | None
+    fixture: Fixture,
+    registry: StubRegistry,
+    model_for: ModelFactory,
+    model_override: str | None,
+    guardrails_ran: list[dict[str, Any]],
 ) -> dict[str, Agent[Any]]:
     agents: dict[str, Agent[Any]] = {}
     for name, spec in fixture.agents.items():
@@ -84,7 +117,7 @@ def _agents(
             store=False, **{k: v for k, v in spec.model_settings.items() if v is not None}
         )
         guardrails = [
-            _guardrail(g["name"], bool(g["triggered"]))
+            _guardrail(g["name"], bool(g["triggered"]), guardrails_ran)
             for g in fixture.guardrails
             if g.get("agent") == name
         ]
@@ -117,18 +150,32 @@ async def run_replay(
     policy: MatchPolicy = "exact",
     stub_outputs: dict[str, str] | None = None,
     max_turns: int = 12,
+    run_kind: str = "replay",
+    trace_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ReplayResult:
-    """``max_turns``: used when the source's own bound was not captured."""
+    """``max_turns``: used when the source's own bound was not captured. An eval runs the
+    same engine with ``run_kind="eval"``, its own (derived) ``trace_id`` and ``metadata``
+    (``afr.linked_runs`` links more runs than the source)."""
     registry = StubRegistry(
         fixture.tool_calls, policy, {**fixture.stub_outputs, **(stub_outputs or {})}
     )
-    agents = _agents(fixture, registry, model_for, model_override)
-    replay_trace_id = gen_trace_id()
+    guardrails_ran: list[dict[str, Any]] = []
+    agents = _agents(fixture, registry, model_for, model_override, guardrails_ran)
+    observer = _Observer()
+    replay_trace_id = trace_id or gen_trace_id()
+    stubs = {**fixture.stub_outputs, **(stub_outputs or {})}
     metadata = {
         **fixture.trace_metadata,
-        "afr.run_kind": "replay",
+        **(metadata or {}),
+        "afr.run_kind": run_kind,
         "afr.source_run_id": fixture.source_run_id,
+        # How it was replayed, so an eval synthesized from it replays the same way.
+        "afr.replay": {"policy": policy, "stub_outputs": stubs, "model": model_override},
     }
+    started = clock()
+    final_json: Any = None
     error: str | None = None
     final_output: str | None = None
     with trace(
@@ -143,8 +190,10 @@ async def run_replay(
                 fixture.input,
                 max_turns=fixture.max_turns or max_turns,
                 run_config=RunConfig(trace_include_sensitive_data=True),
+                hooks=observer,
             )
             final_output = str(result.final_output)
+            final_json = _as_json(result.final_output)
         except BudgetExceeded:
             raise  # the job fails: nothing was sent that the budget did not allow
         except Exception as exc:  # the run failed: max turns, a guardrail, a model error...
@@ -193,4 +242,21 @@ async def run_replay(
         unavailable=[vars(i) for i in registry.unavailable],
         stubbed=[vars(i) for i in registry.stubbed],
         invocations=[vars(i) for i in registry.invocations],
+        handoffs=observer.handoffs,
+        turns=observer.turns,
+        guardrails=guardrails_ran,
+        final_output_json=final_json,
+        duration_s=clock() - started,
     )
+
+
+def _as_json(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value

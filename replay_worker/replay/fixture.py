@@ -40,6 +40,7 @@ __all__ = [
     "Fixture",
     "FixtureError",
     "build_fixture",
+    "recorded_agent",
 ]
 
 FIXTURE_VERSION = "afr.fixture/2"
@@ -316,7 +317,7 @@ def _snake(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-def _recorded_agent(definition: dict[str, Any], seen: AgentSpec | None) -> AgentSpec:
+def recorded_agent(definition: dict[str, Any], seen: AgentSpec | None) -> AgentSpec:
     """An agent as the exporter recorded it at the start of the run; what the spans showed
     fills what the recording could not hold (dynamic instructions)."""
     tools = [
@@ -393,7 +394,7 @@ def build_fixture(run: dict[str, Any]) -> Fixture:
     if isinstance(recorded, dict) and isinstance(recorded.get("agents"), dict):
         entry = str(recorded.get("entry") or entry or "") or None
         for name, definition in recorded["agents"].items():
-            agents[name] = spec = _recorded_agent(definition, agents.get(name))
+            agents[name] = spec = recorded_agent(definition, agents.get(name))
             hosted |= {
                 str(t.get("name") or t.get("type"))
                 for t in definition.get("tools") or []

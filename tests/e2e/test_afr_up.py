@@ -69,5 +69,11 @@ def test_afr_up_runs_collector_and_worker_and_afr_replay_uses_them(
     job = json.loads(captured.out)
     assert job["result"]["verdict"] == "FAILURE_FIXED"
     assert process.returncode == 0, "afr up shuts down cleanly on SIGTERM"
-    for name in ("local-project.key", "webhook.secret", "redaction.key", "keys.sqlite"):
+    for name in (
+        "local-project.key",
+        "webhook.secret",
+        "redaction.key",
+        "keys.sqlite",
+        "worker/state.sqlite",
+    ):
         assert (data_dir / name).stat().st_mode & 0o777 == 0o600, name

@@ -330,3 +330,22 @@ def test_oversized_hook_is_refused_before_verification(stack: Stack) -> None:
             },
         )
     assert answer.status_code == 413
+
+
+def test_lenient_policy_is_available_on_request_and_marks_the_verdict_approximate(
+    stack: Stack,
+) -> None:
+    with (
+        ScriptedModelServer(fixed_script()) as model,
+        WorkerThread(worker_settings(stack, model.base_url)) as worker,
+    ):
+        answer = post_hook(worker, stack.secret, {"run_id": stack.run_id, "policy": "lenient"})
+        job = wait_job(worker, answer.json()["job_id"])
+        refused = post_hook(
+            worker, stack.secret, {"run_id": stack.run_id, "policy": "any"}, webhook_id="msg_2"
+        )
+    result = job["result"]
+    # The corrected call (12.0) is answered with the original call's captured outcome.
+    assert [c["outcome"] for c in result["tool_calls"]] == ["captured_error"]
+    assert (result["verdict"], result["approximate"]) == ("STILL_FAILING", True)
+    assert refused.status_code == 400

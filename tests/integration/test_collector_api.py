@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,18 @@ def test_openapi_is_served(running: Running) -> None:
     }
 
 
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
 @pytest.mark.slow
 def test_restart_between_acknowledgement_and_insert_loses_nothing(tmp_path: Path) -> None:
     """A collector killed (SIGKILL) after acknowledging spans it had not inserted yet comes
@@ -189,8 +202,15 @@ def test_restart_between_acknowledgement_and_insert_loses_nothing(tmp_path: Path
             asyncio.run(run_incident(build_model("responses", model.base_url), trace_id=trace_id))
             assert processor.force_flush(10)
         assert processor.stats.exported == 13, "all 13 spans acknowledged"
+        workers = _children(process.pid)
+        assert workers, "afr up runs its ingest worker processes"
     finally:
         stop_process(process, signal.SIGKILL)
+    # Nothing of the killed collector lives on: its ingest workers follow it out.
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "orphaned workers"
 
     settings = CollectorSettings(data_dir=data_dir, grpc_port=0, http_port=0)
     with CollectorThread(settings) as collector:

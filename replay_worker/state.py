@@ -1,0 +1,464 @@
+"""The worker's small state (DESIGN.md decision 11): jobs, webhook-id deduplication and the
+day's spend, in one SQLite file under the worker's data directory.
+
+Every worker process that opens the same file shares the state: the HTTP processes that
+accept hooks, and the replay processes that reserve and settle model costs. SQLite in WAL
+mode gives readers that never block and one writer at a time; each check-and-write runs in
+a ``BEGIN IMMEDIATE`` transaction, so "is this webhook id new?" and "does this request fit
+the day's budget?" are atomic across processes. The file must be on a local disk (WAL needs
+shared memory), which is also what "a small state store in the data directory" means.
+
+Money is stored as integer nano-dollars, so sums of many small charges stay exact.
+
+A job is claimed with a lease its worker renews while the replay runs. A worker that dies
+leaves its jobs ``running`` with a lease that runs out; whoever claims next re-queues them
+(a worker on the same host does it at start, when it sees the owner's pid is gone). A job
+runs at most ``MAX_ATTEMPTS`` times; after that it fails with the reason.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "Clock",
+    "DaySpend",
+    "Job",
+    "JobState",
+    "Owner",
+    "StateStore",
+    "nusd",
+    "usd",
+    "utc_day",
+]
+
+Clock = Callable[[], float]
+"""Seconds since the epoch, like ``time.time`` (the default everywhere)."""
+
+JobState = Literal["queued", "running", "succeeded", "failed"]
+FINISHED: tuple[JobState, ...] = ("succeeded", "failed")
+MAX_ATTEMPTS = 2
+DEFAULT_MAX_JOBS_KEPT = 10_000
+_SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id        TEXT PRIMARY KEY,
+    webhook_id    TEXT NOT NULL UNIQUE,
+    run_id        TEXT NOT NULL,
+    model         TEXT,
+    stubs         TEXT NOT NULL,
+    policy        TEXT NOT NULL DEFAULT 'exact',
+    state         TEXT NOT NULL,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    owner         TEXT,
+    owner_host    TEXT,
+    owner_pid     INTEGER,
+    lease_until   REAL,
+    created_at    REAL NOT NULL,
+    started_at    REAL,
+    finished_at   REAL,
+    result        TEXT,
+    error         TEXT,
+    cost_nusd     INTEGER NOT NULL DEFAULT 0,
+    overrun_nusd  INTEGER NOT NULL DEFAULT 0,
+    requests      INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at);
+CREATE TABLE IF NOT EXISTS spend (
+    day           TEXT PRIMARY KEY,
+    spent_nusd    INTEGER NOT NULL DEFAULT 0,
+    overrun_nusd  INTEGER NOT NULL DEFAULT 0,
+    requests      INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+
+def nusd(amount_usd: float) -> int:
+    """USD to integer nano-dollars (exact sums; every price table value is far coarser)."""
+    return round(amount_usd * 1e9)
+
+
+def usd(amount_nusd: int) -> float:
+    return amount_nusd / 1e9
+
+
+def utc_day(epoch_s: float) -> str:
+    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).date().isoformat()
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who runs a claimed job: a worker process, named so that a worker on the same host can
+    tell at start whether the owner is still alive."""
+
+    worker_id: str
+    host: str
+    pid: int
+
+    @classmethod
+    def current(cls, token: str) -> Owner:
+        host, pid = socket.gethostname(), os.getpid()
+        return cls(f"{host}:{pid}:{token}", host, pid)
+
+
+@dataclass
+class Job:
+    job_id: str
+    run_id: str
+    model: str | None
+    stubs: dict[str, str]
+    state: JobState
+    created_at: float
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    cost_usd: float = 0.0
+    overrun_usd: float = 0.0
+    model_requests: int = 0
+    policy: str = "exact"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "run_id": self.run_id,
+            "model": self.model,
+            "policy": self.policy,
+            "state": self.state,
+            "attempts": self.attempts,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "result": self.result,
+            "error": self.error,
+            "cost_usd": round(self.cost_usd, 6),
+            "overrun_usd": round(self.overrun_usd, 6),
+            "model_requests": self.model_requests,
+        }
+
+
+@dataclass(frozen=True)
+class DaySpend:
+    day: str
+    spent_usd: float
+    overrun_usd: float
+    requests: int
+
+
+_SELECT_JOB = (
+    "SELECT job_id, run_id, model, stubs, state, created_at, attempts, started_at, finished_at,"
+    " result, error, cost_nusd, overrun_nusd, requests, policy FROM jobs"
+)
+
+
+def _job(row: tuple[Any, ...]) -> Job:
+    (job_id, run_id, model, stubs, state, created, attempts, started, finished) = row[:9]
+    result, error, cost, overrun, requests, policy = row[9:]
+    return Job(
+        job_id=job_id,
+        run_id=run_id,
+        model=model,
+        stubs=json.loads(stubs),
+        policy=policy,
+        state=state,
+        created_at=created,
+        attempts=attempts,
+        started_at=started,
+        finished_at=finished,
+        result=json.loads(result) if result is not None else None,
+        error=json.loads(error) if error is not None else None,
+        cost_usd=usd(cost),
+        overrun_usd=usd(overrun),
+        model_requests=requests,
+    )
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class StateStore:
+    """One connection per process (threads share it under a lock); every process that opens
+    the same path shares the state. Methods are synchronous and short: call them from a
+    thread when on an event loop."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_jobs_kept: int = DEFAULT_MAX_JOBS_KEPT,
+        busy_timeout_s: float = 10.0,
+    ) -> None:
+        self.path = path
+        self._max_jobs_kept = max_jobs_kept
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # spend and job inputs: owner only
+        os.close(fd)
+        self._db = sqlite3.connect(
+            path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # A committed transaction survives a crash of any process; only a power loss may
+            # take the last ones back (WAL + NORMAL), which costs no fsync per model call.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        with self._write() as db:
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+            if version > _SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"{path} was written by a newer afr (state schema {version}); upgrade afr"
+                )
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that holds SQLite's write lock from its first statement, so a
+        read-check-write inside it is atomic across every process on the file."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _read(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, parameters).fetchall()
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        webhook_id: str,
+        job_id: str,
+        run_id: str,
+        model: str | None,
+        stubs: dict[str, str],
+        now: float,
+        policy: str = "exact",
+    ) -> tuple[Job, bool]:
+        """The job of this webhook id: the one it already started (``False``), or a new,
+        queued one (``True``). Finished jobs beyond the cap are forgotten, oldest first, with
+        their webhook ids; queued and running ones never are."""
+        with self._write() as db:
+            row = db.execute(_SELECT_JOB + " WHERE webhook_id = ?", (webhook_id,)).fetchone()
+            if row is not None:
+                return _job(row), False
+            (count,) = db.execute("SELECT count(*) FROM jobs").fetchone()
+            excess = count - self._max_jobs_kept + 1
+            if excess > 0:
+                db.execute(
+                    "DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs"
+                    " WHERE state IN ('succeeded', 'failed') ORDER BY finished_at LIMIT ?)",
+                    (excess,),
+                )
+            db.execute(
+                "INSERT INTO jobs (job_id, webhook_id, run_id, model, stubs, policy, state,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
+                (job_id, webhook_id, run_id, model, json.dumps(stubs), policy, now),
+            )
+        return Job(job_id, run_id, model, dict(stubs), "queued", now, policy=policy), True
+
+    def get(self, job_id: str) -> Job | None:
+        rows = self._read(_SELECT_JOB + " WHERE job_id = ?", (job_id,))
+        return _job(rows[0]) if rows else None
+
+    def claim(self, owner: Owner, now: float, lease_s: float) -> Job | None:
+        """Takes the oldest queued job, or one whose owner's lease ran out (its worker died:
+        it runs again, up to MAX_ATTEMPTS, and what it already spent stays spent)."""
+        with self._write() as db:
+            while True:
+                row = db.execute(
+                    "SELECT job_id, attempts, state FROM jobs WHERE state = 'queued'"
+                    " OR (state = 'running' AND lease_until < ?)"
+                    " ORDER BY created_at, job_id LIMIT 1",
+                    (now,),
+                ).fetchone()
+                if row is None:
+                    return None
+                job_id, attempts, state = row
+                if state == "running" and attempts >= MAX_ATTEMPTS:
+                    self._abandon(db, job_id, attempts, now)
+                    continue
+                db.execute(
+                    "UPDATE jobs SET state = 'running', attempts = attempts + 1, owner = ?,"
+                    " owner_host = ?, owner_pid = ?, lease_until = ?, started_at = ?"
+                    " WHERE job_id = ?",
+                    (owner.worker_id, owner.host, owner.pid, now + lease_s, now, job_id),
+                )
+                full = db.execute(_SELECT_JOB + " WHERE job_id = ?", (job_id,)).fetchone()
+                return _job(full)
+
+    @staticmethod
+    def _abandon(db: sqlite3.Connection, job_id: str, attempts: int, now: float) -> None:
+        error = {
+            "status": 500,
+            "reason": f"the worker running this job stopped {attempts} times; not retried again",
+        }
+        db.execute(
+            "UPDATE jobs SET state = 'failed', error = ?, finished_at = ?, owner = NULL,"
+            " lease_until = NULL WHERE job_id = ?",
+            (json.dumps(error), now, job_id),
+        )
+
+    def recover(
+        self, owner: Owner, now: float, alive: Callable[[int], bool] = pid_alive
+    ) -> list[str]:
+        """At start: jobs left running by a dead worker process of this host go back to the
+        queue (or fail, past MAX_ATTEMPTS) without waiting for their lease. Others' jobs are
+        left to their leases: a live worker elsewhere may be running them."""
+        recovered: list[str] = []
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT job_id, attempts, owner_pid FROM jobs WHERE state = 'running'"
+                " AND owner_host = ? AND owner != ?",
+                (owner.host, owner.worker_id),
+            ).fetchall()
+            for job_id, attempts, pid in rows:
+                if pid is not None and alive(pid):
+                    continue
+                if attempts >= MAX_ATTEMPTS:
+                    self._abandon(db, job_id, attempts, now)
+                else:
+                    db.execute(
+                        "UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL"
+                        " WHERE job_id = ?",
+                        (job_id,),
+                    )
+                recovered.append(job_id)
+        return recovered
+
+    def renew(self, owner: Owner, job_ids: list[str], lease_until: float) -> None:
+        if not job_ids:
+            return
+        with self._write() as db:
+            db.executemany(
+                "UPDATE jobs SET lease_until = ? WHERE job_id = ? AND owner = ?"
+                " AND state = 'running'",
+                [(lease_until, job_id, owner.worker_id) for job_id in job_ids],
+            )
+
+    def finish(
+        self,
+        job_id: str,
+        owner: Owner,
+        state: JobState,
+        result: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+        now: float,
+    ) -> bool:
+        """Records the outcome and forgets the job's stub outputs; False if this owner no
+        longer holds the job (its lease ran out and another worker took it over)."""
+        with self._write() as db:
+            # The hook's stub outputs are the caller's raw data: kept only while needed.
+            cursor = db.execute(
+                "UPDATE jobs SET state = ?, result = ?, error = ?, finished_at = ?, owner = NULL,"
+                " lease_until = NULL, stubs = '{}'"
+                " WHERE job_id = ? AND owner = ? AND state = 'running'",
+                (
+                    state,
+                    json.dumps(result) if result is not None else None,
+                    json.dumps(error) if error is not None else None,
+                    now,
+                    job_id,
+                    owner.worker_id,
+                ),
+            )
+            return cursor.rowcount == 1
+
+    def release(self, job_id: str, owner: Owner) -> bool:
+        """Puts a job interrupted by this worker's shutdown back in the queue, attempt not
+        counted; the next worker runs it from the start."""
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE jobs SET state = 'queued', attempts = max(0, attempts - 1), owner = NULL,"
+                " lease_until = NULL WHERE job_id = ? AND owner = ? AND state = 'running'",
+                (job_id, owner.worker_id),
+            )
+            return cursor.rowcount == 1
+
+    def counts(self) -> dict[str, int]:
+        counts = {"queued": 0, "running": 0, "succeeded": 0, "failed": 0}
+        for state, count in self._read("SELECT state, count(*) FROM jobs GROUP BY state"):
+            counts[state] = count
+        return counts
+
+    # -- spend --------------------------------------------------------------------------
+
+    def reserve(self, day: str, job_id: str | None, cost_nusd: int, day_limit_nusd: int) -> bool:
+        """Counts a request's worst-case cost against the day, if it fits; atomic across every
+        process on this file. A reservation counts in full until it is settled."""
+        with self._write() as db:
+            row = db.execute("SELECT spent_nusd FROM spend WHERE day = ?", (day,)).fetchone()
+            spent = row[0] if row else 0
+            if spent + cost_nusd > day_limit_nusd:
+                return False
+            db.execute(
+                "INSERT INTO spend (day, spent_nusd, requests) VALUES (?, ?, 1)"
+                " ON CONFLICT (day) DO UPDATE SET spent_nusd = spent_nusd + excluded.spent_nusd,"
+                " requests = requests + 1",
+                (day, cost_nusd),
+            )
+            if job_id is not None:
+                db.execute(
+                    "UPDATE jobs SET cost_nusd = cost_nusd + ?, requests = requests + 1"
+                    " WHERE job_id = ?",
+                    (cost_nusd, job_id),
+                )
+        return True
+
+    def settle(self, day: str, job_id: str | None, reserved_nusd: int, actual_nusd: int) -> None:
+        """Replaces a reservation by the real cost on the day it was reserved, even when that
+        is more: the overrun is charged and recorded, never capped."""
+        delta = actual_nusd - reserved_nusd
+        overrun = max(0, delta)
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO spend (day, spent_nusd, overrun_nusd) VALUES (?, ?, ?)"
+                " ON CONFLICT (day) DO UPDATE SET"
+                " spent_nusd = max(0, spent_nusd + excluded.spent_nusd),"
+                " overrun_nusd = overrun_nusd + excluded.overrun_nusd",
+                (day, delta, overrun),
+            )
+            if job_id is not None:
+                db.execute(
+                    "UPDATE jobs SET cost_nusd = max(0, cost_nusd + ?),"
+                    " overrun_nusd = overrun_nusd + ? WHERE job_id = ?",
+                    (delta, overrun, job_id),
+                )
+
+    def day(self, day: str) -> DaySpend:
+        rows = self._read(
+            "SELECT spent_nusd, overrun_nusd, requests FROM spend WHERE day = ?", (day,)
+        )
+        spent, overrun, requests = rows[0] if rows else (0, 0, 0)
+        return DaySpend(day, usd(spent), usd(overrun), requests)
