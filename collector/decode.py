@@ -154,12 +154,12 @@ def value_to_str(value: Any) -> str:
 
 def _bytes_text(raw: bytes) -> str:
     # Text sent as bytes stays text, so redaction can read it — also with a stray byte that
-    # is not UTF-8 (shown as \xNN); binary is kept as base64 (whose text the redactor
-    # decodes and scans).
+    # is not UTF-8 (shown as U+FFFD, which no detector's word boundary sticks to); binary is
+    # kept as base64 (whose text the redactor decodes and scans).
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        text = raw.decode("utf-8", "backslashreplace")
+        text = raw.decode("utf-8", "replace")
         printable = sum(1 for c in text if c.isprintable() or c in "\r\n\t")
         if printable >= 0.9 * len(text):
             return text

@@ -32,8 +32,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from collector.processors.redact import Redactor, detector
-from collector.processors.rules import DETECTORS, RedactionConfig
+from collector.processors.redact import BUILTIN_DETECTORS, Redactor, detector
+from collector.processors.rules import RedactionConfig
 from collector.processors.truncate import TruncationConfig, Truncator
 from collector.settings import CollectorSettings
 
@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 KEY_FILE = "redaction.key"
-_KNOWN_RULES = {d.name for d in DETECTORS}
+_KNOWN_RULES = {d.name for d in BUILTIN_DETECTORS}
 
 
 class ConfigError(ValueError):

@@ -41,6 +41,7 @@ from urllib.parse import unquote
 import re2
 
 from collector.model import SpanRecord
+from collector.processors.providers import PROVIDER_DETECTORS, REPLACED_RULES
 from collector.processors.rules import (
     DETECTORS,
     Detector,
@@ -49,7 +50,15 @@ from collector.processors.rules import (
     value_in_text,
 )
 
-__all__ = ["FAILED_SENTINEL", "Redactor", "RedactorStats"]
+__all__ = ["BUILTIN_DETECTORS", "FAILED_SENTINEL", "Redactor", "RedactorStats"]
+
+# Provider credentials first: at one start position the first alternative wins, and a
+# generic rule that matches and then rejects (an IBAN-shaped GitLab runner token) would
+# otherwise hide the credential.
+BUILTIN_DETECTORS: tuple[Detector, ...] = (
+    *PROVIDER_DETECTORS,
+    *(d for d in DETECTORS if d.name not in REPLACED_RULES),
+)
 
 logger = logging.getLogger("afr.collector.redact")
 
@@ -69,22 +78,12 @@ _PSEUDONYM = r"<[a-z0-9_]{1,64}:[0-9a-f]{12}>"
 _BASE64_BLOB = r"base64:[A-Za-z0-9+/]{4,}={0,2}|(?:\b|[+/])[A-Za-z0-9+/]{31,}={0,2}"
 _MAX_BLOB_CHARS = 256 * 1024
 _MAX_DECODE_DEPTH = 2  # base64 in base64, percent-encoding in base64: and no further
-# Rules that find a secret by what surrounds it (a key name, a header): when the value is
-# itself a secret some other detector knows (a GitHub token after "token="), it is labelled
-# and keyed as that secret, so it gets the same pseudonym as anywhere else.
-_CONTEXT_RULES = frozenset(
-    {
-        "sensitive_key",
-        "key_value_secret",
-        "key_value_token",
-        "xml_secret",
-        "xml_token",
-        "authorization_header",
-        "bearer_token",
-        "cookie_header",
-        "cli_credentials",
-    }
-)
+# Rules that find a secret by what surrounds it (a key name, a header, a URL or a provider's
+# connection-string field: every rule whose match is wider than the secret, i.e. that names
+# an inner value group): the value is labelled ``secret``, the one label a sensitive key's
+# value gets too — unless the whole value is itself a secret some value detector knows (a
+# GitHub token after "token="), which then labels and keys it. One secret, one pseudonym.
+_CONTEXT_RULES = frozenset({"sensitive_key"})
 _SCAN, _SECRET, _ALLOWED = range(3)  # how a map key's value is treated
 # (label prefix, owner, key or attribute name, text): owner[key] = redacted, or setattr on a
 # span. The provenance label is only built for a segment that is processed.
@@ -125,7 +124,9 @@ class Redactor:
         self._secret = secret
         self.config = config = config or RedactionConfig()
         detectors = [
-            d for d in (*DETECTORS, *config.extra_detectors) if d.name not in config.disabled_rules
+            d
+            for d in (*BUILTIN_DETECTORS, *config.extra_detectors)
+            if d.name not in config.disabled_rules
         ]
         self._accept: dict[str, Callable[[str], str | None] | None] = {
             d.name: d.accept for d in detectors
@@ -133,33 +134,27 @@ class Redactor:
         self._canonical: dict[str, Callable[[str], str]] = {
             d.name: d.canonical for d in detectors if d.canonical is not None
         }
-        groups = [f"(?P<pseudonym>{_PSEUDONYM})"]
-        groups += [f"(?P<{d.name}>{d.pattern})" for d in detectors]
-        groups.append(f"(?P<base64_blob>{_BASE64_BLOB})")
         options = re2.Options()
-        options.max_mem = 256 << 20  # the DFA of ~70 detectors outgrows RE2's 8 MiB default
-        self._pattern = re2.compile("|".join(groups), options)
-        self._bytes_pattern = re2.compile(self._pattern.pattern.encode(), options)
-        self._rule_of_group = {
-            index: name for name, index in self._pattern.groupindex.items() if "__" not in name
+        options.max_mem = 256 << 20  # the DFA of ~100 detectors outgrows RE2's 8 MiB default
+        # Two exact matchers: all detectors, and all but the provider credentials. Exact
+        # lengths make the providers' DFA costly to walk, so a loosened form of them (a
+        # superset: counted repeats become + or *) decides cheaply whether a text can hold
+        # one at all; most text cannot, and is matched without them.
+        providers = {d.name for d in PROVIDER_DETECTORS}
+        self._context_rules = _CONTEXT_RULES | {
+            d.name for d in detectors if f"(?P<{d.name}__" in d.pattern
         }
-        # Inner groups naming the part of a match to replace: <rule>__value, __value2, ...
-        # (taken whole), <rule>__free (an unquoted value in text, trimmed by value_in_text),
-        # <rule>__block (an indented YAML block scalar, cut where the indentation ends).
-        self._value_groups: dict[str, list[tuple[int, str]]] = {
-            d.name: [
-                (index, name.rsplit("__", 1)[1].rstrip("0123456789"))
-                for name, index in sorted(
-                    self._pattern.groupindex.items(), key=lambda item: item[1]
-                )
-                if name.startswith(f"{d.name}__")
-            ]
-            for d in detectors
-        }
+        self._full = _matcher(detectors, options)
+        self._base = _matcher([d for d in detectors if d.name not in providers], options)
+        hint = (
+            "|".join(_loosened(d.pattern) for d in detectors if d.name in providers) or r"[^\s\S]"
+        )
+        self._provider_hint = re2.compile(hint.encode(), options)
+        self._pattern = self._full.text
         self._extra_keys = tuple(config.extra_key_names)
         key_words = "|".join((*_KEY_HINT_WORDS, *(re2.escape(k) for k in self._extra_keys)))
-        # The scan pattern adds more groups to the detectors: they only select segments for
-        # a closer look; replacements use the detectors alone (self._pattern).
+        # The scan pattern adds more groups to the detectors (the providers loosened): they
+        # only select segments for a closer look; replacements use the exact matchers.
         # A JSON key that may hold a secret whatever its value looks like.
         json_key = rf'(?P<json_sensitive_key>"[^"\x00]*(?i:{key_words})[^"\x00]*"\s*:)'
         # An escaped character, which could hide a value from the raw scan: such JSON is
@@ -174,7 +169,8 @@ class Redactor:
         # Percent-encoded text, decoded before it is scanned.
         percent = r"(?P<percent_encoded>%[0-9A-Fa-f]{2})"
         self._scan = re2.compile(
-            "|".join((self._pattern.pattern, json_key, json_escape, json_pair, percent)), options
+            "|".join((self._base.text.pattern, hint, json_key, json_escape, json_pair, percent)),
+            options,
         )
         self._key_classes: dict[str, tuple[int, bool]] = {}
         self._decode_depth = 0  # how many encodings (percent, base64) the text is inside
@@ -196,7 +192,7 @@ class Redactor:
         cached = self._pseudonyms.get((rule, value))
         if cached is None:
             canonical = self._canonical.get(rule)
-            if rule in _CONTEXT_RULES:
+            if rule in self._context_rules:
                 # "Bearer X", "token=X" and {"authorization": "Bearer X"}: one secret, X.
                 label, keyed = "secret", _AUTH_SCHEME.sub("", value.strip(), count=1)
             else:
@@ -307,8 +303,8 @@ class Redactor:
         match = self._pattern.fullmatch(stripped)
         if match is None:
             return rule, value
-        inner = self._rule_of_group.get(match.lastindex or 0)
-        if inner is None or inner in _CONTEXT_RULES or inner in ("pseudonym", "base64_blob"):
+        inner = self._full.rule_of_group.get(match.lastindex or 0)
+        if inner is None or inner in self._context_rules or inner in ("pseudonym", "base64_blob"):
             return rule, value
         accept = self._accept.get(inner)
         if accept is not None and accept(stripped) != stripped:
@@ -336,11 +332,13 @@ class Redactor:
         touched: list[int] = []
         hit: Any = first
         while hit is not None:
-            index = bisect_right(starts, hit.start()) - 1
+            # By its last character: a match may begin on the separator before its segment.
+            index = bisect_right(starts, hit.end() - 1) - 1
             touched.append(index)
             if index + 1 >= len(starts):
                 break
-            hit = self._scan.search(view, starts[index + 1])
+            # From the separator before it, which a match may use as its left context.
+            hit = self._scan.search(view, starts[index + 1] - 1)
         for index in touched:
             self._process(slots[index], fired)
 
@@ -443,26 +441,37 @@ class Redactor:
         return is_sensitive_key(key, self._extra_keys)
 
     def _redact_text(self, text: str, where: str, fired: list[str]) -> str:
-        if "%" in text and self._decode_depth < _MAX_DECODE_DEPTH:
-            decoded = _percent_decoded(text)
-            if decoded is not None:
-                before = len(fired)
-                self._decode_depth += 1
-                try:
-                    redacted = self._redact_text(decoded, where, fired)
-                finally:
-                    self._decode_depth -= 1
-                if len(fired) != before:
-                    return redacted  # stored decoded: the secret was hidden by the encoding
+        if "%" not in text or self._decode_depth >= _MAX_DECODE_DEPTH:
+            return self._scan_text(text, where, fired)
+        # As sent first (a token may be percent-encoded itself), then what is left decoded:
+        # when that shows a secret the encoding hid, the text is stored decoded.
+        redacted = self._scan_text(text, where, fired)
+        decoded = _percent_decoded(redacted)
+        if decoded is None:
+            return redacted
+        hidden: list[str] = []
+        self._decode_depth += 1
+        try:
+            revealed = self._redact_text(decoded, where, hidden)
+        finally:
+            self._decode_depth -= 1
+        if not hidden:
+            return redacted
+        fired.extend(hidden)
+        return revealed
+
+    def _scan_text(self, text: str, where: str, fired: list[str]) -> str:
         # Matched on UTF-8 bytes: the RE2 wrapper maps every match position back to a
         # character offset on str input, which made dense text twice as slow.
         data = text.encode("utf-8", "surrogatepass")
         pieces: list[bytes] = []
         cursor = 0
-        for match in self._bytes_pattern.finditer(_escape_view_bytes(data)):
+        view = _escape_view_bytes(data)
+        matcher = self._full if self._provider_hint.search(view) else self._base
+        for match in matcher.data.finditer(view):
             # lastindex is the rule's own group (it closes after any inner value group);
             # the wrapper's lastgroup recomputes the group table on every call.
-            rule = self._rule_of_group.get(match.lastindex or 0)
+            rule = matcher.rule_of_group.get(match.lastindex or 0)
             if rule is None or rule == "pseudonym":
                 continue
             start, end = match.span()
@@ -474,7 +483,7 @@ class Redactor:
                 cursor = end
                 continue
             quote = False
-            for group_index, group_kind in self._value_groups.get(rule, ()):
+            for group_index, group_kind in matcher.value_groups.get(rule, ()):
                 if match.span(group_index)[0] >= 0:
                     value_start, end = match.span(group_index)
                     if group_kind == "block":
@@ -504,7 +513,7 @@ class Redactor:
                     end = start + len(accepted.encode())
                     value = accepted
             label = rule
-            if rule in _CONTEXT_RULES:
+            if rule in self._context_rules:
                 label, value = self._known_secret(rule, value)
             pieces.append(data[cursor:start])
             pseudonym = self.pseudonym(label, value)
@@ -543,6 +552,49 @@ class Redactor:
         self.stats.by_rule[rule] = self.stats.by_rule.get(rule, 0) + 1
 
 
+@dataclass(frozen=True)
+class _Matcher:
+    text: Any  # re2 pattern over str (key checks, whole-value checks)
+    data: Any  # the same over UTF-8 bytes (replacements)
+    rule_of_group: dict[int, str]
+    value_groups: dict[str, list[tuple[int, str]]]
+    """Inner groups naming the part of a match to replace: <rule>__value, __value2, ...
+    (taken whole), <rule>__free (an unquoted value in text, trimmed by value_in_text),
+    <rule>__block (an indented YAML block scalar, cut where the indentation ends)."""
+
+
+def _matcher(detectors: list[Detector], options: Any) -> _Matcher:
+    groups = [f"(?P<pseudonym>{_PSEUDONYM})"]
+    groups += [f"(?P<{d.name}>{d.pattern})" for d in detectors]
+    groups.append(f"(?P<base64_blob>{_BASE64_BLOB})")
+    text = re2.compile("|".join(groups), options)
+    ordered = sorted(text.groupindex.items(), key=lambda item: item[1])
+    return _Matcher(
+        text,
+        re2.compile(text.pattern.encode(), options),
+        {index: name for name, index in text.groupindex.items() if "__" not in name},
+        {
+            d.name: [
+                (index, name.rsplit("__", 1)[1].rstrip("0123456789"))
+                for name, index in ordered
+                if name.startswith(f"{d.name}__")
+            ]
+            for d in detectors
+        },
+    )
+
+
+_COUNTED = re.compile(r"\{(\d+)(,\d*)?\}")
+_NAMED = re.compile(r"\(\?P<[A-Za-z0-9_]+>")
+
+
+def _loosened(pattern: str) -> str:
+    """A superset of ``pattern`` that RE2 walks cheaply: counted repeats become ``+`` (or
+    ``*`` from zero), named groups plain ones."""
+    loose = _COUNTED.sub(lambda m: "*" if m.group(1) == "0" else "+", pattern)
+    return "(?:" + _NAMED.sub("(?:", loose) + ")"
+
+
 _NOT_JSON = object()
 _AUTH_SCHEME = re.compile(r"(?i)^(?:bearer|basic|token|digest|apikey)\s+")
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
@@ -551,8 +603,11 @@ _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 def _percent_decoded(text: str) -> str | None:
     if _PERCENT.search(text) is None:
         return None
-    decoded = unquote(text, errors="strict") if text.isascii() else None
-    return decoded if decoded is not None and decoded != text else None
+    try:
+        decoded = unquote(text, errors="strict")
+    except UnicodeDecodeError:  # escapes of bytes that are not UTF-8: look at the rest
+        decoded = unquote(text, errors="replace")
+    return decoded if decoded != text else None
 
 
 def _base64_text(blob: bytes) -> str | None:

@@ -168,7 +168,7 @@ def test_each_detector_replaces_its_secret_with_a_typed_pseudonym(
     note = record.span_attributes["note"]
     assert SECRET_CORES[rule] not in note
     # A secret found by its context (after "Bearer") is labelled by what it is, a secret.
-    label = "secret" if rule == "bearer_token" else rule.removesuffix("_nanp")
+    label = "secret" if rule in ("bearer_token", "url_credentials") else rule.removesuffix("_nanp")
     assert f"<{label}:" in note
     assert note.startswith("before ")
     assert note.endswith(" after")

@@ -1,0 +1,769 @@
+"""Provider credential detectors: one per service whose tokens have a documented shape.
+
+Each detector is a named group of the redactor's single RE2 alternation, run on UTF-8
+bytes of NUL-joined segments (see ``rules.py``). A pattern pins what the provider
+documents — a literal prefix, an exact length, an alphabet — and ``accept`` checks what a
+regular expression cannot: a checksum where the format carries one (GitHub and npm: CRC32
+in base62; GitLab routable tokens: CRC32 in base36; Grafana, Atlassian and Bitbucket:
+CRC32 in hex; age: Bech32), a structure that decodes (Discord's base64 user id, the JSON
+inside Grafana, Sentry, 1Password, Mapbox and GitHub's JWT-shaped tokens) or, for random
+bodies, an entropy floor, so that placeholders and prose stay as they are.
+
+Providers whose keys carry no prefix (Datadog, Cloudflare's pre-2026 tokens, Mistral,
+Cohere, Okta, Azure account keys...) are only recognised after a keyword naming them, as
+gitleaks does, and only the value after the keyword is replaced (``<rule>__value``).
+
+Sources, noted per detector: gitleaks ``config/gitleaks.toml`` (gl), trufflehog
+``pkg/detectors/<name>`` (th), CredSweeper ``credsweeper/rules/config.yaml`` (cs), and
+the provider's own code or documentation where it publishes the format.
+
+Order: put ``PROVIDER_DETECTORS`` before ``rules.DETECTORS`` (dropping ``REPLACED_RULES``).
+At one start position the first alternative wins, and a match that ``accept`` rejects
+still consumes its span: the case-insensitive IBAN rule matches, then rejects,
+"GR1348941..." runner tokens, a third of Twilio SIDs ("AC12...") and some hex Mailchimp
+and Mailgun keys, which would then never be seen. The reverse holds too, so patterns
+here keep exact lengths (``hf_[A-Za-z0-9]{34}``, not ``hf_[A-Za-z0-9]+``): a looser one
+would match and reject ``hf_token`` or ``secret_key``, hiding the ``key=value`` after
+them from the rules that redact it.
+
+Cost: in one alternation with rules.DETECTORS these ~80 patterns need RE2's DFA budget
+raised (redact.py sets max_mem) and roughly halve the warm scan rate; each new random
+token also costs its DFA states (~1-2 ms the first time a state sequence is seen).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import struct
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from itertools import pairwise
+
+from collector.processors.rules import Detector
+
+__all__ = [
+    "PROVIDER_DETECTORS",
+    "REPLACED_RULES",
+    "base36_crc32",
+    "base62_crc32",
+    "bech32_valid",
+    "looks_random",
+    "shannon_entropy",
+]
+
+# rules.DETECTORS entries that PROVIDER_DETECTORS supersedes under the same names: drop
+# those when combining, or the alternation has duplicate group names.
+REPLACED_RULES = frozenset({"github_token", "slack_token"})
+
+Accept = Callable[[str], str | None]
+
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+_BECH32 = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+_BECH32_GENERATOR = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
+_HEX = frozenset("0123456789abcdef")
+
+
+# --- checks ------------------------------------------------------------------------------
+def _encode(number: int, alphabet: str, width: int) -> str:
+    digits = ""
+    while number:
+        number, rest = divmod(number, len(alphabet))
+        digits = alphabet[rest] + digits
+    return digits.rjust(width, alphabet[0])
+
+
+def base62_crc32(text: str) -> str:
+    """GitHub's (and npm's) checksum: CRC32 of the random part as 6 base62 digits."""
+    return _encode(zlib.crc32(text.encode()), _BASE62, 6)
+
+
+def base36_crc32(text: str) -> str:
+    """GitLab's routable-token checksum: CRC32 of all before it as 7 base36 digits."""
+    return _encode(zlib.crc32(text.encode()), _BASE36, 7)
+
+
+def bech32_valid(text: str) -> bool:
+    """A Bech32 string (BIP 173, as age keys are) whose checksum verifies."""
+    hrp, _, data = text.lower().rpartition("1")
+    if not hrp or len(data) < 6 or any(c not in _BECH32 for c in data):
+        return False
+    values = [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
+    checksum = 1
+    for value in values + [_BECH32.index(c) for c in data]:
+        top = checksum >> 25
+        checksum = (checksum & 0x1FFFFFF) << 5 ^ value
+        for bit, constant in enumerate(_BECH32_GENERATOR):
+            if (top >> bit) & 1:
+                checksum ^= constant
+    return checksum == 1
+
+
+def shannon_entropy(text: str) -> float:
+    length = len(text)
+    return -sum(n / length * math.log2(n / length) for n in Counter(text).values())
+
+
+def looks_random(text: str, alphabet_size: int = 62) -> bool:
+    """Random enough for a generated secret: not a placeholder (``xxxx``, ``0000``), a
+    run (``abcdef``, ``123456``) or a repeated block (``abcdabcd``). A uniformly random
+    string of the same length and alphabet fails only astronomically rarely."""
+    length = len(text)
+    if length < 8:
+        return True
+    if shannon_entropy(text) < 0.5 * math.log2(min(length, alphabet_size)):
+        return False
+    steps = [ord(b) - ord(a) for a, b in pairwise(text)]
+    if 2 * max(steps.count(1), steps.count(-1), steps.count(0)) > len(steps):
+        return False
+    return not any(text == (text[:period] * length)[:length] for period in range(1, 9))
+
+
+def _classes(text: str) -> int:
+    """How many of lower case, upper case and digits ``text`` holds."""
+    return sum(
+        (
+            any(c.islower() for c in text),
+            any(c.isupper() for c in text),
+            any(c.isdigit() for c in text),
+        )
+    )
+
+
+def _b64decode(text: str) -> bytes:
+    """Standard or URL-safe base64, padded or not; raises ``binascii.Error``."""
+    cleaned = text.rstrip("=").replace("-", "+").replace("_", "/")
+    return base64.b64decode(cleaned + "=" * (-len(cleaned) % 4), validate=True)
+
+
+def _json_object(text: str, *keys: str) -> bool:
+    """Base64 text that decodes to a JSON object holding ``keys``."""
+    try:
+        document = json.loads(_b64decode(text))
+    except (ValueError, binascii.Error):
+        return False
+    return isinstance(document, dict) and all(key in document for key in keys)
+
+
+def _random_part(part: Callable[[str], str], alphabet_size: int = 62, classes: int = 1) -> Accept:
+    """Accept a value when ``part(value)`` looks generated (and mixes ``classes``)."""
+
+    def accept(value: str) -> str | None:
+        body = part(value)
+        return value if looks_random(body, alphabet_size) and _classes(body) >= classes else None
+
+    return accept
+
+
+def _tail(length: int, alphabet_size: int = 62, classes: int = 1) -> Accept:
+    """The last ``length`` characters look generated."""
+    return _random_part(lambda value: value[-length:], alphabet_size, classes)
+
+
+def _after(prefix_length: int, alphabet_size: int = 62, classes: int = 1) -> Accept:
+    """What follows a ``prefix_length``-character prefix looks generated."""
+    return _random_part(lambda value: value[prefix_length:], alphabet_size, classes)
+
+
+def _last_field(separator: str, alphabet_size: int = 62, classes: int = 1) -> Accept:
+    """The part after the last ``separator`` looks generated."""
+    return _random_part(lambda value: value.rsplit(separator, 1)[-1], alphabet_size, classes)
+
+
+# --- per-format validators -----------------------------------------------------------
+def _github(value: str) -> str | None:
+    if value.startswith("github_pat_"):
+        # github_pat_<22>_<59>: no published checksum; both parts must look generated.
+        first, _, second = value[11:].partition("_")
+        return value if looks_random(first) and looks_random(second) else None
+    if value.startswith("ghs_") and "_eyJ" in value:
+        # Stateless installation token (2026): ghs_<app id>_<JWT>.
+        header = value.split("_", 2)[2].split(".", 1)[0]
+        return value if _json_object(header, "alg") else None
+    body = value[4:]
+    return value if base62_crc32(body[:-6]) == body[-6:] else None
+
+
+def _npm(value: str) -> str | None:
+    body = value[4:]
+    return value if base62_crc32(body[:-6]) == body[-6:] else None
+
+
+def _gitlab(value: str) -> str | None:
+    if value.startswith("GR1348941"):
+        body = value[9:]
+        return value if looks_random(body, 64) and _classes(body) >= 2 else None
+    prefix, _, rest = value.partition("-")
+    parts = rest.rsplit(".", 2)
+    if len(parts) == 3:
+        # <prefix>-<base64 payload>.<version>.<payload length, 2 base36><CRC32, 7 base36>
+        payload, _version, tail = parts
+        ok = int(tail[:2], 36) == len(payload) and base36_crc32(value[:-7]) == tail[2:]
+        return value if ok else None
+    if prefix == "glptt":
+        return value if looks_random(rest, 16) else None
+    return value if looks_random(rest, 64) and _classes(rest) >= 2 else None
+
+
+def _atlassian(value: str) -> str | None:
+    # <token>=<CRC32 of all before it, 8 upper-case hex>; "=" may arrive escaped.
+    plain = value.replace("\\=", "=").replace("%3D", "=").replace("%3d", "=")
+    return value if zlib.crc32(plain[:-8].encode()) == int(plain[-8:], 16) else None
+
+
+def _grafana(value: str) -> str | None:
+    if value.startswith("glsa_"):
+        # glsa_<32>_<CRC32 of "glsa_<32>", 4 little-endian bytes in hex> (satokengen)
+        checksum = struct.pack("<I", zlib.crc32(value[:37].encode())).hex()
+        return value if value[38:] == checksum else None
+    if value.startswith("glc_"):
+        return value if _json_object(value[4:], "k") else None  # {"o":..,"n":..,"k":..}
+    return value if _json_object(value, "k", "n") else None  # legacy API key
+
+
+def _discord_bot(value: str) -> str | None:
+    # <base64 of the bot's numeric user id>.<timestamp>.<HMAC>
+    user_id, _, rest = value.partition(".")
+    if not 23 <= len(user_id) <= 26:
+        return None
+    try:
+        decoded = _b64decode(user_id)
+    except binascii.Error:
+        return None
+    signature = rest.partition(".")[2]
+    ok = decoded.isdigit() and 15 <= len(decoded) <= 20 and looks_random(signature, 64)
+    return value if ok else None
+
+
+def _azure_storage_key(value: str) -> str | None:
+    # 64 random bytes in base64: 88 characters ending "==".
+    try:
+        size = len(_b64decode(value))
+    except binascii.Error:
+        return None
+    return value if size == 64 and looks_random(value[:-2], 64) else None
+
+
+def _azure_ad_secret(value: str) -> str | None:
+    # <3><digit>Q~<31-34>; the pattern takes the whole run of the alphabet, which holds
+    # ".", so a full stop after the secret is dropped.
+    if len(value.split("Q~", 1)[1]) > 34:
+        value = value.rstrip(".")
+    tail = value.split("Q~", 1)[1]
+    return value if 31 <= len(tail) <= 34 and looks_random(value, 66) else None
+
+
+def _mapbox(value: str) -> str | None:
+    # sk.<base64 JSON {"u": user, "a": ...}>.<signature>
+    return value if _json_object(value.split(".")[1], "u") else None
+
+
+def _sentry(value: str) -> str | None:
+    if value.startswith("sntryu_"):
+        return value if looks_random(value[7:], 16) else None
+    payload = value[7:].rsplit("_", 1)[0]  # sntrys_<base64 JSON>_<secret>
+    return value if _json_object(payload, "iat") else None
+
+
+def _onepassword(value: str) -> str | None:
+    if value.startswith("ops_"):
+        return value if _json_object(value[4:]) else None
+    return value if looks_random(value[3:].replace("-", ""), 36) else None  # A3-... key
+
+
+def _artifactory(value: str) -> str | None:
+    if value.startswith("cmVmdGtu"):  # base64 of "reftkn:"
+        try:
+            return value if _b64decode(value).startswith(b"reftkn:") else None
+        except binascii.Error:
+            return None
+    return value if looks_random(value[4:]) and _classes(value[4:]) >= 2 else None
+
+
+def _groq(value: str) -> str | None:
+    # Groq keys carry "WGdyb3FY" (base64 of "Xgroq") in their body (cs).
+    return value if "WGdyb3FY" in value and looks_random(value[4:]) else None
+
+
+def _notion(value: str) -> str | None:
+    if value.startswith("ntn_"):
+        return value if looks_random(value[13:]) else None
+    return value if looks_random(value[7:]) and _classes(value[7:]) >= 2 else None
+
+
+def _planetscale(value: str) -> str | None:
+    # The alphabet holds "."; one ending a sentence is not part of the token.
+    token = value.rstrip(".")
+    body = token.split("_", 2)[2]
+    return token if len(body) >= 32 and looks_random(body, 64) else None
+
+
+def _slack(value: str) -> str | None:
+    # Slack tokens hold numeric ids; prose ("xoxb-your-bot-token") does not.
+    return value if any(c.isdigit() for c in value[5:]) else None
+
+
+def _supabase(value: str) -> str | None:
+    body = value[-40:] if value.startswith("sbp_") else value[10:]
+    return value if looks_random(body, 64) else None
+
+
+def _cloudflare(value: str) -> str | None:
+    if value.startswith(("cfut_", "cfat_", "cfk_")):
+        return value if looks_random(value.split("_", 1)[1][:40]) else None
+    if value.startswith("v1.0-"):  # Origin CA key
+        return value if looks_random(value[30:], 16) else None
+    # Pre-2026: a 40-character API token, or a 37-45 character hex global API key.
+    if len(value) == 40 and _classes(value) >= 2 and not set(value) <= _HEX:
+        return value if looks_random(value, 64) else None
+    return value if set(value) <= _HEX and looks_random(value, 16) else None
+
+
+def _newrelic(value: str) -> str | None:
+    if value.endswith("FFFFNRAL"):  # <32 hex> or eu01xx<26 hex>, then FFFFNRAL
+        body = value[:-8]
+        ok = len(body) == 32 and looks_random(body.removeprefix("eu01xx"), 16)
+        return value if ok else None
+    return value if looks_random(value[5:], 36) else None
+
+
+def _square(value: str) -> str | None:
+    return value if looks_random(value[4:] if value[:4] == "EAAA" else value[7:], 64) else None
+
+
+def _mailgun(value: str) -> str | None:
+    if value.startswith(("key-", "pubkey-")):
+        return value if looks_random(value[-32:], 16) else None
+    key = value.split("-", 1)[0]  # <32 hex>-<8 hex>-<8 hex>
+    return value if len(key) == 32 and looks_random(key, 16) else None
+
+
+# Counted runs at a word start ("[A-Za-z0-9]{52}JQQJ9") make RE2's DFA track every
+# length at once; these patterns take the run unbounded and check its length here.
+def _azure_identifiable(value: str) -> str | None:
+    # 52 random, JQQJ9 + version, then a block with the service signature (AZDO, AZFU...)
+    return value if value.find("JQQJ9") == 52 and looks_random(value[:52]) else None
+
+
+def _terraform(value: str) -> str | None:
+    head, _, secret = value.split(".", 2)  # <14>.atlasv1.<60-70>
+    return value if len(head) == 14 and looks_random(secret, 64) else None
+
+
+def _telegram(value: str) -> str | None:
+    bot_id, _, secret = value.partition(":")
+    ok = 6 <= len(bot_id) <= 12 and looks_random(secret, 64) and _classes(secret) >= 2
+    return value if ok else None
+
+
+def _mailchimp(value: str) -> str | None:
+    key = value.split("-", 1)[0]
+    return value if len(key) == 32 and looks_random(key, 16) else None
+
+
+def _airtable(value: str) -> str | None:
+    head, _, secret = value.partition(".")
+    return value if len(head) == 17 and looks_random(secret, 16) else None
+
+
+def _mixed(value: str) -> str | None:
+    return value if looks_random(value) and _classes(value) >= 2 else None
+
+
+# --- pattern helpers -----------------------------------------------------------------
+# "<keyword>[name characters]<sep><quote?>": "DATADOG_APP_KEY=", '"datadogKey": "',
+# "Datadog API key: ", and quotes escaped inside a JSON string. Nothing looser (a window
+# of any words, a counted {0,24}): each "account" or "datadog" in prose would open one,
+# and together they multiply the DFA's states until its cache thrashes. No class admits
+# NUL.
+_ASSIGN = (
+    r"[\w.-]*(?i:[ \t](?:(?:api|app|application|global|access|account|auth|client|private|"
+    r"prod|production|dev|test|secret)[ \t])?(?:key|token|secret))?"
+    r"\\?[\"']?[ \t]*(?:=>|:=|[=:])[ \t]*\\?[\"'`]?"
+)
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_ANY_CASE_UUID = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+
+
+def _keyed(name: str, keywords: str, value: str, suffix: str = r"\b", group: str = "") -> str:
+    """``value`` after a keyword naming the provider; only the value is the secret."""
+    return rf"(?i:{keywords}){_ASSIGN}(?P<{name}__value{group}>{value}){suffix}"
+
+
+PROVIDER_DETECTORS: tuple[Detector, ...] = (
+    # --- source hosting, CI, package registries ---------------------------------------
+    # Replaces rules.github_token. gh[pousr]_<30><CRC32 base62 6> (github.blog 2021-04-05;
+    # cs ValueGitHubCheck); github_pat_<22>_<59> (gl); ghs_<app id>_<JWT> (GitHub
+    # changelog 2026-04, cs).
+    Detector(
+        "github_token",
+        r"\b(?:gh[pousr]_[A-Za-z0-9]{36}\b|ghs_[0-9]{1,20}_eyJ[A-Za-z0-9_-]{10,}"
+        r"(?:\.[A-Za-z0-9_-]*){2}|github_pat_[A-Za-z0-9]{22}_[A-Za-z0-9]{59}\b)",
+        _github,
+    ),
+    # gl*-<20..64> (gl gitlab-*, GitLab docs "token prefixes"); routable tokens (GitLab
+    # lib/authn/token_field/generator/routable_token.rb): <prefix>-<base64 payload>.01.
+    # <payload length base36 2><CRC32 base36 7>; GR1348941<20>: runner registration.
+    Detector(
+        "gitlab_token",
+        r"\b(?:gl(?:pat|oas|dt|rtr|rt|cbt|ptt|ft|imt|agent|soat|ffct|wt)-[0-9A-Za-z_-]{20,}"
+        r"(?:\.[0-9a-z]{2}\.[0-9a-z]{9}\b)?|GR1348941[0-9A-Za-z_-]{20})",
+        _gitlab,
+    ),
+    # ATATT3xFfG... Jira/Confluence API tokens, ATCTT3xFfG... Bitbucket repository tokens,
+    # ATBB<24><8> app passwords: CRC32 of the token in the last 8 hex (gl, cs).
+    Detector(
+        "atlassian_token",
+        r"\b(?:AT[AC]TT3xFfG[A-Za-z0-9_-]{60,}(?:=|\\=|%3[Dd])[A-F0-9]{8}|ATBB[A-Za-z0-9]{24}"
+        r"[A-F0-9]{8})\b",
+        _atlassian,
+    ),
+    # npm_<30><CRC32 base62 6> (github.blog 2021-09-23; gl, th npmtokenv2, cs).
+    Detector("npm_token", r"\bnpm_[A-Za-z0-9]{36}\b", _npm),
+    # A macaroon whose base64 opens with the location pypi.org / test.pypi.org (gl, th).
+    Detector(
+        "pypi_token",
+        r"\bpypi-AgE(?:IcHlwaS5vcmc|NdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,}",
+        _tail(50, 64),
+    ),
+    Detector("rubygems_token", r"\brubygems_[a-f0-9]{48}\b", _tail(48, 16)),  # gl, th
+    Detector(  # th dockerhub v2, cs
+        "docker_hub_token",
+        r"\bdckr_(?:pat_[A-Za-z0-9_-]{27}|oat_[A-Za-z0-9_-]{32})",
+        _after(9, 64),
+    ),
+    Detector(  # th circleci v2
+        "circleci_token", r"\bCCIPAT_[A-Za-z0-9]{22}_[a-f0-9]{40}\b", _after(7)
+    ),
+    Detector("buildkite_token", r"\bbkua_[a-f0-9]{40}\b", _tail(40, 16)),  # th buildkite v2
+    Detector(  # th artifactory, artifactoryreferencetoken; cs
+        "artifactory_token",
+        r"\b(?:AKCp[A-Za-z0-9]{69}|cmVmdGtu[A-Za-z0-9]{56})\b",
+        _artifactory,
+    ),
+    # --- chat and webhooks ----------------------------------------------------------------
+    # Replaces rules.slack_token, adding xoxc/xoxd (browser token and cookie, as used by
+    # unofficial clients and MCP servers), xoxe.xox[bp]/xoxe refresh tokens and xapp
+    # app-level tokens (gl slack-*, cs).
+    Detector(
+        "slack_token",
+        r"\b(?:xox[abcdeoprs]|xoxe\.xox[bp]|xapp)-[A-Za-z0-9%-]{10,}",
+        _slack,
+    ),
+    # hooks.slack.com/services/T../B../<24> (th slackwebhook, gl, cs); the ids stay.
+    Detector(
+        "slack_webhook_url",
+        r"\bhooks\.slack\.com/(?:services/T[A-Z0-9]{6,12}/B[A-Z0-9]{6,12}|workflows/T[A-Z0-9]{6,12}"
+        r"/A[A-Z0-9]{6,12}/[0-9]{17,19}|triggers/T[A-Z0-9]{6,12}/[0-9]{8,20})/"
+        r"(?P<slack_webhook_url__value>[A-Za-z0-9]{23,32})\b",
+        _mixed,
+    ),
+    Detector(  # th discordwebhook, cs: .../webhooks/<id>/<68>
+        "discord_webhook_url",
+        r"\b(?:ptb\.|canary\.)?discord(?:app)?\.com/api/(?:v[0-9]{1,2}/)?webhooks/[0-9]{17,20}/"
+        r"(?P<discord_webhook_url__value>[A-Za-z0-9_-]{60,80})",
+        _random_part(lambda value: value, 64, 2),
+    ),
+    Detector(  # gl microsoft-teams-webhook, th microsoftteamswebhook
+        "teams_webhook_url",
+        rf"\b[A-Za-z0-9-]+\.webhook\.office\.com/webhookb2/{_UUID}@{_UUID}/IncomingWebhook/"
+        rf"(?P<teams_webhook_url__value>[0-9a-f]{{32}}/{_UUID}(?:/[A-Za-z0-9_-]{{20,}})?)",
+    ),
+    # <base64 of the numeric bot id>.<6>.<27-38> (th discordbottoken, cs).
+    Detector(
+        "discord_bot_token",
+        r"\b[MNO][A-Za-z0-9_-]+\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
+        _discord_bot,
+    ),
+    # <bot id>:AA<33> (gl telegram-bot-api-token, th, cs).
+    Detector("telegram_bot_token", r"\b[0-9]+:AA[A-Za-z0-9_-]{33}", _telegram),
+    # --- cloud -----------------------------------------------------------------------------
+    # Azure storage account keys (88-character base64) after a keyword naming them,
+    # including AccountKey= in connection strings (th azure_storage).
+    Detector(
+        "azure_storage_key",
+        _keyed(
+            "azure_storage_key",
+            r"(?:account|storage|azure)[\w.-]*key",
+            r"[A-Za-z0-9+/]{86}==",
+            suffix="",
+        ),
+        _azure_storage_key,
+    ),
+    # Service Bus / Event Hubs keys and SAS strings in connection strings.
+    Detector(
+        "azure_connection_string",
+        r"\bSharedAccessKey[ \t]*=[ \t]*(?P<azure_connection_string__value>[A-Za-z0-9+/]{42,43}=)"
+        r"|\bSharedAccessSignature[ =](?P<azure_connection_string__value2>[^;\"'\s\x00]{20,})",
+    ),
+    # A SAS URL's signature: sv=<date>&...&sig=<url-encoded base64 HMAC> (th azuresastoken).
+    Detector(
+        "azure_sas_token",
+        r"\bsv=[0-9]{4}-[0-9]{2}-[0-9]{2}&[^\s\"'<>\x00]*?\bsig="
+        r"(?P<azure_sas_token__value>[A-Za-z0-9%+/=]{30,})",
+    ),
+    # Entra ID (Azure AD) client secrets: <3><digit>Q~<31-34> (gl, th azure_entra, cs).
+    Detector(
+        "azure_ad_client_secret",
+        r"(?:^|\x00|[^A-Za-z0-9_~.\x00-])(?P<azure_ad_client_secret__value>[A-Za-z0-9_~.]{3}[0-9]Q~"
+        r"[A-Za-z0-9_~.-]{31,})",
+        _azure_ad_secret,
+    ),
+    # Microsoft "identifiable" keys (Azure DevOps PATs, Function keys...): 52 random, then
+    # JQQJ9 + version, then a block with the service signature (AZDO, AZFU...) (cs).
+    Detector(
+        "azure_identifiable_key",
+        r"\b[A-Za-z0-9]+JQQJ9[9DH][A-Za-z0-9]{26}(?:[A-Za-z0-9]{2}==|[A-Za-z0-9]{4})?\b",
+        _azure_identifiable,
+    ),
+    # GCP service-account JSON, also escaped inside another JSON string; its PEM is
+    # rules.pem_private_key's (th gcp).
+    Detector(
+        "gcp_service_account",
+        r"\\?\"private_key_id\\?\"[ \t]*:[ \t]*\\?\"(?P<gcp_service_account__value>[0-9a-f]{40})\\?\"",
+    ),
+    Detector("google_oauth_secret", r"\bGOCSPX-[A-Za-z0-9_-]{28}", _after(7, 64)),  # cs
+    # ya29.<access token>, 1//0<refresh token> (th googleoauth2, cs).
+    Detector(
+        "google_oauth_token",
+        r"\b(?:ya29\.[A-Za-z0-9_-]{20,}|1//0[A-Za-z0-9_-]{40,})",
+        _after(5, 64),
+    ),
+    Detector("alibaba_key", r"\bLTAI[A-Za-z0-9]{12,20}\b", _after(4, 62, 2)),  # gl, th, cs
+    Detector(  # gl alibaba-secret-key
+        "alibaba_secret",
+        _keyed("alibaba_secret", r"alibaba|aliyun", r"[A-Za-z0-9]{30}"),
+        _mixed,
+    ),
+    # Tencent Cloud SecretId: AKID<32> (Tencent Cloud CAM docs; not in gl/th).
+    Detector("tencent_key", r"\bAKID[A-Za-z0-9]{32}\b", _after(4, 62, 2)),
+    Detector(  # gl digitalocean-*, th digitaloceanv2
+        "digitalocean_token", r"\bdo[opr]_v1_[a-f0-9]{64}\b", _tail(64, 16)
+    ),
+    # cfut_/cfat_/cfk_<40><8 hex> (Cloudflare docs "Token formats", 2026; th v2);
+    # v1.0-<24>-<146> Origin CA keys (gl); pre-2026 tokens and hex global keys only
+    # after a keyword (gl cloudflare-api-key, cloudflare-global-api-key).
+    Detector(
+        "cloudflare_token",
+        r"\b(?:cf(?:ut|at|k)_[A-Za-z0-9]{40}[a-f0-9]{8}\b|v1\.0-[a-f0-9]{24}-[a-f0-9]{146}\b)|"
+        + _keyed(
+            "cloudflare_token",
+            r"cloudflare|\bcf[_-]?(?:api[_-]?)?(?:key|token)",
+            r"[A-Za-z0-9_-]{37,45}",
+            suffix="",
+        ),
+        _cloudflare,
+    ),
+    # HRKU-AA<58> (gl heroku-api-key-v2, th heroku v2); legacy UUID after "heroku" (gl).
+    Detector(
+        "heroku_key",
+        rf"\bHRKU-(?:AA[A-Za-z0-9_-]{{58}}|{_UUID})|"
+        + _keyed("heroku_key", r"heroku", _ANY_CASE_UUID),
+        _random_part(lambda value: value.removeprefix("HRKU-AA").replace("-", ""), 64),
+    ),
+    Detector(  # gl flyio-access-token, th flyio
+        "flyio_token",
+        r"\b(?:fo1_[A-Za-z0-9_-]{43}|fm[12][ar]?_[A-Za-z0-9+/]{100,}={0,3})",
+        _last_field("_", 64),
+    ),
+    Detector(  # vcp_<56> (cs); legacy 24 after "vercel" (th vercel)
+        "vercel_token",
+        r"\bvcp_[A-Za-z0-9]{56}\b|" + _keyed("vercel_token", r"vercel", r"[A-Za-z0-9]{24}"),
+        _mixed,
+    ),
+    Detector(  # nfp_<36> (th netlify v2, cs); legacy after "netlify" (gl, th)
+        "netlify_token",
+        r"\bnfp_[A-Za-z0-9]{36}\b|" + _keyed("netlify_token", r"netlify", r"[A-Za-z0-9_-]{43,45}"),
+        _random_part(lambda value: value.removeprefix("nfp_"), 64),
+    ),
+    Detector(  # sbp_<40 hex> (th supabasetoken, cs); sb_secret_ keys (Supabase, 2025)
+        "supabase_token",
+        r"\b(?:sbp_(?:v0_)?[a-f0-9]{40}\b|sb_secret_[A-Za-z0-9_-]{20,})",
+        _supabase,
+    ),
+    Detector(  # gl planetscale-*, th planetscale, cs
+        "planetscale_token", r"\bpscale_(?:tkn|pw|oauth)_[A-Za-z0-9_=.-]{32,}", _planetscale
+    ),
+    Detector(  # gl, th databrickstoken, cs
+        "databricks_token", r"\bdapi[a-f0-9]{32}(?:-[0-9])?\b", _random_part(lambda v: v[4:36], 16)
+    ),
+    Detector(  # th doppler, gl, cs
+        "doppler_token",
+        r"\bdp\.(?:pt|sa|ct|scim|audit|st(?:\.[a-z0-9_-]{2,35})?)\.[A-Za-z0-9]{40,44}\b",
+        _last_field("."),
+    ),
+    Detector("pulumi_token", r"\bpul-[a-f0-9]{40}\b", _tail(40, 16)),  # gl, th
+    # hvs./hvb./hvr.: service, batch, recovery tokens; OSS Vault service tokens are
+    # hvs.<24>, HCP ones ~90 (gl vault-*, th hashicorpvault, cs).
+    Detector("vault_token", r"\bhv[sbr]\.[A-Za-z0-9_-]{24,}", _after(4, 64, 2)),
+    Detector(  # <14>.atlasv1.<67> (gl hashicorp-tf-api-token, th, cs)
+        "terraform_token",
+        r"\b[A-Za-z0-9]+\.atlasv1\.[A-Za-z0-9_=-]{60,70}",
+        _terraform,
+    ),
+    # ops_eyJ<base64 JSON> service-account tokens; A3-... account secret keys (gl, cs).
+    Detector(
+        "onepassword_token",
+        r"\b(?:ops_eyJ[A-Za-z0-9+/_-]{100,}={0,3}|A3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-"
+        r"[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}\b)",
+        _onepassword,
+    ),
+    # AGE-SECRET-KEY-1<58 Bech32> with its Bech32 checksum (gl age-secret-key, cs).
+    Detector(
+        "age_secret_key",
+        r"\bAGE-SECRET-KEY-1[02-9ACDEFGHJKLMNPQRSTUVWXYZ]{58}\b",
+        lambda value: value if bech32_valid(value) else None,
+    ),
+    # --- observability ------------------------------------------------------------------
+    # 32-hex API keys / 40-hex application keys after "datadog" or DD_APP_KEY-like
+    # names (gl datadog-access-token, th datadogtoken).
+    Detector(
+        "datadog_key",
+        _keyed(
+            "datadog_key",
+            r"datadog|\bdd[_-]?(?:api|app(?:lication)?|client)[_-]?(?:key|token)",
+            r"[a-f0-9]{40}|[a-f0-9]{32}",
+        ),
+        _random_part(lambda value: value, 16),
+    ),
+    # glsa_<32>_<CRC32 hex> (Grafana satokengen, gl, cs); glc_<base64 JSON> (gl, th);
+    # eyJrIjoi<base64 JSON> legacy API keys (gl, cs).
+    Detector(
+        "grafana_token",
+        r"\b(?:glsa_[A-Za-z0-9]{32}_[a-f0-9]{8}\b|glc_eyJ[A-Za-z0-9+/_-]{30,}={0,3}|"
+        r"eyJrIjoi[A-Za-z0-9+/_-]{40,}={0,3})",
+        _grafana,
+    ),
+    # NRAK-<27> user keys, NRII/NRIQ insights keys, <32 hex>FFFFNRAL license keys
+    # (gl new-relic-*, th newrelic*).
+    Detector(
+        "newrelic_key",
+        r"\b(?:NRAK-[A-Z0-9]{27}\b|NRI[IQ]-[A-Za-z0-9_-]{25,32}|(?:eu01xx)?[0-9a-f]+FFFFNRAL\b)",
+        _newrelic,
+    ),
+    # sntryu_<64 hex>; sntrys_<base64 JSON>_<43> org tokens (gl sentry-*, th, cs).
+    Detector(
+        "sentry_token",
+        r"\b(?:sntryu_[a-f0-9]{64}\b|sntrys_eyJ[A-Za-z0-9+/]{10,}={0,2}_[A-Za-z0-9+/]{43})",
+        _sentry,
+    ),
+    Detector(  # gl dynatrace-api-token, cs
+        "dynatrace_token", r"\bdt0[a-z][0-9]{2}\.[A-Z0-9]{24}\.[A-Z0-9]{64}\b", _tail(64, 36)
+    ),
+    Detector("posthog_key", r"\bphx_[A-Za-z0-9_]{43,48}\b", _after(4, 63, 2)),  # th posthog
+    # --- identity and productivity --------------------------------------------------------
+    # 00<40> after "okta" or the SSWS scheme (gl okta-access-token, th okta).
+    Detector(
+        "okta_token",
+        r"\bSSWS[ \t]+(?P<okta_token__value>00[A-Za-z0-9_-]{40})|"
+        + _keyed("okta_token", r"okta", r"00[A-Za-z0-9_-]{40}", suffix="", group="2"),
+        _after(2, 64, 2),
+    ),
+    Detector(  # gl linear-api-key, th linearapi, cs
+        "linear_key", r"\b(?:lin_api_[A-Za-z0-9]{40}|lin_oauth_[a-f0-9]{64})\b", _last_field("_")
+    ),
+    Detector(  # secret_<43> (th notion); ntn_<46> (gl notion-api-token, cs)
+        "notion_token", r"\b(?:secret_[A-Za-z0-9]{43}|ntn_[0-9]{9}[A-Za-z0-9]{37})\b", _notion
+    ),
+    Detector(  # gl airtable-personnal-access-token, th
+        "airtable_token", r"\bpat[A-Za-z0-9]+\.[a-f0-9]{64}\b", _airtable
+    ),
+    Detector(  # <n>/<16+>[/<16+>]:<32> (th asanapersonalaccesstoken)
+        "asana_token", r"\b[0-9]/[0-9]{16,}(?:/[0-9]{16,})?:[A-Za-z0-9]{32}\b", _tail(32)
+    ),
+    Detector(  # figd_<40> (cs, th figmapersonalaccesstoken)
+        "figma_token", r"\bfig(?:d|u|o|p|ur|uh|or|oh)_[A-Za-z0-9_-]{40}", _tail(40, 64)
+    ),
+    Detector(  # gl postman-api-token, th, cs
+        "postman_key",
+        r"\b(?:PMAK-[a-f0-9]{24}-[a-f0-9]{34}|PMAT-[0-9A-Z]{26})\b",
+        _after(5, 16),
+    ),
+    Detector(  # pat-<region>-<uuid> private app tokens (th hubspot_apikey v2)
+        "hubspot_token",
+        rf"\bpat-(?:na|eu|ap)[0-9]-{_UUID}\b",
+        _random_part(lambda value: value[8:].replace("-", ""), 16),
+    ),
+    Detector("contentful_token", r"\bCFPAT-[A-Za-z0-9_-]{43}", _after(6, 64)),  # th
+    Detector(  # sk.<base64 JSON>.<signature> (th mapbox, gl)
+        "mapbox_token", r"\bsk\.eyJ[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,}", _mapbox
+    ),
+    Detector("adafruit_key", r"\baio_[A-Za-z0-9]{28}\b", _after(4, 62, 2)),  # th adafruitio
+    # --- email, messaging, payments ----------------------------------------------------
+    Detector(  # SG.<22>.<43> (th sendgrid, gl, cs)
+        "sendgrid_key", r"\bSG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", _tail(43, 64)
+    ),
+    # AC<32 hex> account SIDs, SK<32 hex> API key SIDs (gl twilio-api-key, th twilio,
+    # cs); 32-hex auth tokens after "twilio".
+    Detector(
+        "twilio_key",
+        r"\b(?:AC|SK)[0-9a-f]{32}\b|" + _keyed("twilio_key", r"twilio", r"[0-9a-f]{32}"),
+        _tail(32, 16),
+    ),
+    # <32 hex>-<8 hex>-<8 hex> (th mailgun); key-<32 hex> as curl's api:key-... or after
+    # "mailgun" (gl mailgun-*).
+    Detector(
+        "mailgun_key",
+        r"\b[0-9a-f]+-[0-9a-f]{8}-[0-9a-f]{8}\b|\bapi:(?P<mailgun_key__value>key-[0-9a-f]{32})\b|"
+        + _keyed("mailgun_key", r"mailgun", r"(?:pub)?key-[0-9a-f]{32}", group="2"),
+        _mailgun,
+    ),
+    Detector(  # th mailchimp, gl, cs
+        "mailchimp_key", r"\b[0-9a-f]+-us[0-9]{1,2}\b", _mailchimp
+    ),
+    Detector(  # gl sendinblue-api-token, th sendinbluev2, cs
+        "brevo_key",
+        r"\bx(?:keysib|smtpsib)-[a-f0-9]{64}-[A-Za-z0-9]{16}\b",
+        _random_part(lambda v: v.split("-")[1], 16),
+    ),
+    Detector(  # gl shopify-*, th shopify, cs
+        "shopify_token", r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b", _tail(32, 16)
+    ),
+    # Facebook before Square: both may open with "EAAA"; Facebook's are far longer
+    # (gl facebook-page-access-token, cs).
+    Detector("facebook_token", r"\bEAA[A-Za-z0-9]{100,}\b", _after(4, 62, 2)),
+    Detector(  # EAAA<60> (gl square-access-token, th square, cs); sq0atp/sq0csp (cs)
+        "square_token",
+        r"\b(?:EAAA[A-Za-z0-9_-]{60}|sq0atp-[A-Za-z0-9_-]{22}|sq0csp-[A-Za-z0-9_-]{43})",
+        _square,
+    ),
+    Detector(  # access_token$production$<16>$<32> (cs PayPal Braintree Access Token)
+        "braintree_token",
+        r"\baccess_token\$(?:production|sandbox)\$[0-9a-z]{16}\$[0-9a-f]{32}\b",
+        _tail(32, 16),
+    ),
+    # Stripe webhook signing secrets; Svix, Clerk and Resend use the same whsec_ shape (cs).
+    Detector("stripe_webhook_secret", r"\bwhsec_[A-Za-z0-9+/]{32,}={0,2}", _after(6, 64, 2)),
+    # --- AI providers ------------------------------------------------------------------------
+    Detector(  # hf_<34>, api_org_<34> (gl huggingface-*, th huggingface, cs)
+        "huggingface_token", r"\b(?:hf_|api_org_)[A-Za-z0-9]{34}\b", _tail(34, 62, 2)
+    ),
+    Detector("replicate_token", r"\br8_[A-Za-z0-9_-]{37}", _after(3, 64, 2)),  # th replicate
+    Detector("groq_key", r"\bgsk_[A-Za-z0-9]{52}\b", _groq),  # th groq, cs
+    Detector("perplexity_key", r"\bpplx-[A-Za-z0-9]{48}\b", _after(5, 62, 2)),  # gl, cs
+    Detector("xai_key", r"\bxai-[A-Za-z0-9_]{80}\b", _after(4, 63, 2)),  # th xai, cs
+    Detector(  # no prefix: 32 characters after "mistral"
+        "mistral_key", _keyed("mistral_key", r"mistral", r"[A-Za-z0-9]{32}"), _mixed
+    ),
+    Detector(  # no prefix: 40 characters after "cohere"/CO_API_KEY (gl cohere-api-token)
+        "cohere_key",
+        _keyed("cohere_key", r"cohere|\bco[_-]api[_-]key", r"[A-Za-z0-9]{40}"),
+        _mixed,
+    ),
+    Detector(  # th langsmith
+        "langsmith_key", r"\blsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10}\b", _after(8, 16)
+    ),
+    Detector(  # th pinecone
+        "pinecone_key", r"\bpcsk_[A-Za-z0-9]{5,6}_[A-Za-z0-9]{63}\b", _tail(63, 62, 2)
+    ),
+    Detector(  # cs Tavily API Key
+        "tavily_key", r"\btvly-(?:dev-|prod-)?[A-Za-z0-9]{32}\b", _tail(32, 62, 2)
+    ),
+    Detector("together_key", r"\btgp_v1_[A-Za-z0-9_-]{43}", _after(7, 64)),  # cs
+    Detector("nvidia_key", r"\bnvapi-[A-Za-z0-9_-]{64}", _after(6, 64)),  # th nvapi
+    Detector("elevenlabs_key", r"\bsk_[a-f0-9]{48}\b", _after(3, 16)),  # th elevenlabs v2
+)

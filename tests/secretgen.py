@@ -1,0 +1,732 @@
+"""Credentials generated at run time, one format per provider detector, and near misses.
+
+Nothing secret-shaped is stored in the repository: every token is built from a seeded
+``random.Random`` (prefix + random characters + a checksum computed here). The checksum
+code is written independently of ``collector.processors.providers`` so that a mistake in
+one does not hide in the other; ``test_providers.py`` pins both to published vectors.
+
+- ``PROVIDER_GENERATORS[name](rng)``: a fresh valid credential of detector ``name``,
+  sometimes with the keyword a context-bound detector needs ("DD_APP_KEY=<hex>").
+- ``PROVIDER_LOOK_ALIKES[name](rng)``: a near miss that must stay (bad checksum, wrong
+  length or alphabet, a placeholder, the prefix alone in prose).
+- ``secret_part(name, credential)``: the part that must never be stored.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import re
+import string
+import zlib
+from collections.abc import Callable
+from urllib.parse import quote
+
+__all__ = ["PROVIDER_GENERATORS", "PROVIDER_LOOK_ALIKES", "secret_part"]
+
+Generator = Callable[[random.Random], str]
+
+LOWER = string.ascii_lowercase
+UPPER = string.ascii_uppercase
+DIGITS = string.digits
+LETTERS = string.ascii_letters
+ALNUM = LETTERS + DIGITS
+UPPER_ALNUM = UPPER + DIGITS
+HEX = "0123456789abcdef"
+B64URL = ALNUM + "-_"
+B64 = ALNUM + "+/"
+_BASE62_DIGITS = DIGITS + UPPER + LOWER
+
+
+def chars(rng: random.Random, alphabet: str, count: int) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(count))
+
+
+def _digits(rng: random.Random, count: int) -> str:
+    return rng.choice("123456789") + chars(rng, DIGITS, count - 1)
+
+
+def _uuid(rng: random.Random) -> str:
+    return "-".join(chars(rng, HEX, n) for n in (8, 4, 4, 4, 12))
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _json_b64(document: object) -> str:
+    return _b64url(json.dumps(document, separators=(",", ":")).encode())
+
+
+def _to_base(number: int, digits: str, width: int) -> str:
+    out = []
+    while number > 0:
+        out.append(digits[number % len(digits)])
+        number //= len(digits)
+    return "".join(reversed(out)).rjust(width, digits[0])
+
+
+def crc_base62(body: str) -> str:
+    return _to_base(zlib.crc32(body.encode("ascii")) & 0xFFFFFFFF, _BASE62_DIGITS, 6)
+
+
+def _bech32_checksum(hrp: str, data: list[int]) -> list[int]:
+    def polymod(values: list[int]) -> int:
+        chk = 1
+        for value in values:
+            top = chk >> 25
+            chk = ((chk & 0x1FFFFFF) << 5) ^ value
+            for i, g in enumerate((0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)):
+                chk ^= g if (top >> i) & 1 else 0
+        return chk
+
+    expanded = [ord(c) >> 5 for c in hrp] + [0] + [ord(c) & 31 for c in hrp]
+    residue = polymod([*expanded, *data, 0, 0, 0, 0, 0, 0]) ^ 1
+    return [(residue >> 5 * (5 - i)) & 31 for i in range(6)]
+
+
+def _age_key(rng: random.Random) -> str:
+    alphabet = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+    bits = int.from_bytes(rng.randbytes(32), "big") << 4  # 256 bits padded to 260
+    data = [(bits >> 5 * (51 - i)) & 31 for i in range(52)]
+    hrp = "age-secret-key-"
+    encoded = "".join(alphabet[v] for v in data + _bech32_checksum(hrp, data))
+    return f"{hrp}1{encoded}".upper()
+
+
+# --- generators ----------------------------------------------------------------------
+def _github(rng: random.Random) -> str:
+    kind = rng.randrange(4)
+    if kind == 0:
+        return "github_pat_11" + chars(rng, UPPER_ALNUM, 20) + "_" + chars(rng, ALNUM, 59)
+    if kind == 1:
+        header = _json_b64({"alg": "RS256", "typ": "JWT"})
+        payload = _json_b64({"iss": _digits(rng, 6), "exp": rng.randrange(10**9, 2 * 10**9)})
+        return f"ghs_{_digits(rng, 7)}_{header}.{payload}.{_b64url(rng.randbytes(256))}"
+    body = chars(rng, ALNUM, 30)
+    return rng.choice(["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]) + body + crc_base62(body)
+
+
+def _gitlab(rng: random.Random) -> str:
+    kind = rng.randrange(4)
+    if kind == 0:  # routable: <prefix>-<b64 payload>.01.<len base36 2><crc base36 7>
+        routing = f"o:{_to_base(rng.randrange(10**6), DIGITS + LOWER, 1)}\nu:{chars(rng, LOWER, 4)}"
+        raw = rng.randbytes(16) + routing.encode() + bytes([len(routing)])
+        payload = _b64url(raw)
+        head = f"{rng.choice(['glpat', 'glrt', 'gldt'])}-{payload}.01.{_to_base(len(payload), DIGITS + LOWER, 2)}"
+        return head + _to_base(zlib.crc32(head.encode()), DIGITS + LOWER, 7)
+    if kind == 1:
+        return "GR1348941" + chars(rng, ALNUM, 20)
+    prefix, length = rng.choice(
+        [
+            ("glpat", 20),
+            ("gldt", 20),
+            ("glrt", 20),
+            ("glft", 20),
+            ("glimt", 25),
+            ("glagent", 50),
+            ("gloas", 64),
+            ("glsoat", 20),
+        ]
+    )
+    return f"{prefix}-" + chars(rng, B64URL, length - 1) + rng.choice(ALNUM)
+
+
+def _atlassian(rng: random.Random) -> str:
+    if rng.random() < 0.3:
+        head = "ATBB" + chars(rng, ALNUM, 24)
+    else:
+        head = rng.choice(["ATATT3xFfGF0", "ATCTT3xFfGN0"]) + chars(rng, B64URL, 171) + "="
+    return head + f"{zlib.crc32(head.encode()):08X}"
+
+
+def _npm(rng: random.Random) -> str:
+    body = chars(rng, ALNUM, 30)
+    return "npm_" + body + crc_base62(body)
+
+
+def _artifactory(rng: random.Random) -> str:
+    if rng.random() < 0.5:
+        return "AKCp" + chars(rng, ALNUM, 69)
+    while True:  # base64 of "reftkn:01:<expiry>:<random>", 48 bytes, alphanumeric only
+        token = _b64(b"reftkn:01:" + rng.randbytes(38))
+        if token.isalnum():
+            return token
+
+
+def _slack(rng: random.Random) -> str:
+    team, user = _digits(rng, 12), _digits(rng, 13)
+    return rng.choice(
+        [
+            f"xoxb-{team}-{user}-{chars(rng, ALNUM, 24)}",
+            f"xoxp-{team}-{user}-{_digits(rng, 13)}-{chars(rng, HEX, 32)}",
+            f"xoxc-{team}-{user}-{_digits(rng, 13)}-{chars(rng, HEX, 64)}",
+            "xoxd-" + quote(_b64(rng.randbytes(96)), safe=""),
+            f"xapp-1-A{chars(rng, UPPER_ALNUM, 10)}-{_digits(rng, 13)}-{chars(rng, HEX, 64)}",
+            f"xoxe.xoxp-1-{chars(rng, ALNUM, 160)}",
+        ]
+    )
+
+
+def _discord_bot(rng: random.Random) -> str:
+    user_id = _b64url(_digits(rng, rng.choice([17, 18, 19])).encode())
+    return f"{user_id}.{chars(rng, B64URL, 6)}.{chars(rng, B64URL, rng.choice([27, 38]))}"
+
+
+def _azure_storage(rng: random.Random) -> str:
+    key = _b64(rng.randbytes(64))
+    return rng.choice(
+        [
+            f"DefaultEndpointsProtocol=https;AccountName=acct{_digits(rng, 4)};AccountKey={key};EndpointSuffix=core.windows.net",
+            f"AZURE_STORAGE_KEY={key}",
+            f'"storageAccountKey": "{key}"',
+        ]
+    )
+
+
+def _azure_connection(rng: random.Random) -> str:
+    if rng.random() < 0.5:
+        key = _b64(rng.randbytes(32))
+        return (
+            f"Endpoint=sb://ns{_digits(rng, 3)}.servicebus.windows.net/;"
+            f"SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey={key}"
+        )
+    sig = quote(_b64(rng.randbytes(32)), safe="")
+    return f"BlobEndpoint=https://acct.blob.core.windows.net/;SharedAccessSignature=sv=2022-11-02&ss=b&srt=sco&sp=rl&se=2027-01-01T00:00:00Z&sig={sig}"
+
+
+def _azure_sas(rng: random.Random) -> str:
+    sig = quote(_b64(rng.randbytes(32)), safe="")
+    return (
+        f"https://acct{_digits(rng, 3)}.blob.core.windows.net/logs/run.json?sp=r&st=2026-01-01T00:00:00Z"
+        f"&se=2026-02-01T00:00:00Z&spr=https&sv=2022-11-02&sr=b&sig={sig}"
+    )
+
+
+def _azure_ad(rng: random.Random) -> str:
+    alphabet = ALNUM + "_~."
+    return (
+        chars(rng, alphabet, 3)
+        + rng.choice("78")
+        + "Q~"
+        + chars(rng, alphabet + "-", 33)
+        + rng.choice(ALNUM)
+    )
+
+
+def _gcp(rng: random.Random) -> str:
+    return json.dumps(
+        {
+            "type": "service_account",
+            "project_id": f"proj-{_digits(rng, 6)}",
+            "private_key_id": chars(rng, HEX, 40),
+            "client_id": _digits(rng, 21),
+        }
+    )
+
+
+def _cloudflare(rng: random.Random) -> str:
+    kind = rng.randrange(4)
+    if kind == 0:
+        body = chars(rng, ALNUM, 40)
+        return rng.choice(["cfut_", "cfat_", "cfk_"]) + body + f"{zlib.crc32(body.encode()):08x}"
+    if kind == 1:
+        return f"v1.0-{chars(rng, HEX, 24)}-{chars(rng, HEX, 146)}"
+    if kind == 2:
+        return f"CLOUDFLARE_KEY={chars(rng, ALNUM, 39)}{rng.choice(DIGITS)}"
+    return f"cloudflare global key: {chars(rng, HEX, 37)}"
+
+
+def _grafana(rng: random.Random) -> str:
+    kind = rng.randrange(3)
+    if kind == 0:
+        head = "glsa_" + chars(rng, ALNUM, 32)
+        return head + "_" + zlib.crc32(head.encode()).to_bytes(4, "little").hex()
+    if kind == 1:
+        name = f"stack-{_digits(rng, 6)}-hm-read"
+        document = {
+            "o": _digits(rng, 6),
+            "n": name,
+            "k": chars(rng, ALNUM, 24),
+            "m": {"r": "prod-us-east-0"},
+        }
+        return "glc_" + _b64(json.dumps(document, separators=(",", ":")).encode())
+    legacy: dict[str, object] = {
+        "k": chars(rng, ALNUM, 32),
+        "n": f"svc-{_digits(rng, 3)}",
+        "id": int(_digits(rng, 1)),
+    }
+    return _b64(json.dumps(legacy, separators=(",", ":")).encode())
+
+
+def _sentry(rng: random.Random) -> str:
+    if rng.random() < 0.5:
+        return "sntryu_" + chars(rng, HEX, 64)
+    document = {
+        "iat": rng.randrange(10**9, 2 * 10**9),
+        "url": "https://sentry.io",
+        "region_url": "https://us.sentry.io",
+        "org": f"org-{_digits(rng, 4)}",
+    }
+    payload = _b64(json.dumps(document, separators=(",", ":")).encode()).rstrip("=")
+    return f"sntrys_{payload}_{chars(rng, B64, 43)}"
+
+
+def _onepassword(rng: random.Random) -> str:
+    if rng.random() < 0.5:
+        groups = [chars(rng, UPPER_ALNUM, n) for n in (6, 6, 5, 5, 5, 5)]
+        return "A3-" + "-".join(groups)
+    document = {
+        "signInAddress": "my.1password.com",
+        "email": f"{chars(rng, LOWER, 12)}@1passwordserviceaccounts.com",
+        "secretKey": "A3-" + chars(rng, UPPER_ALNUM, 31),
+        "srpX": chars(rng, HEX, 64),
+        "muk": {"alg": "A256GCM", "k": _b64url(rng.randbytes(32))},
+    }
+    return "ops_" + _json_b64(document)
+
+
+def _mapbox(rng: random.Random) -> str:
+    payload = _json_b64({"u": chars(rng, LOWER, 8), "a": chars(rng, ALNUM, 25)})
+    return f"sk.{payload}.{chars(rng, B64URL, 22)}"
+
+
+def _keyed(keywords: list[str], value: Callable[[random.Random], str]) -> Generator:
+    """A value after a keyword, in one of the forms code, env files and logs use."""
+
+    def generate(rng: random.Random) -> str:
+        keyword, secret = rng.choice(keywords), value(rng)
+        form = rng.randrange(4)
+        if form == 0:
+            return f"{keyword.upper()}={secret}"
+        if form == 1:
+            return f'"{keyword}": "{secret}"'
+        if form == 2:
+            return f"{keyword}: {secret}"
+        return f"{keyword} = '{secret}'"
+
+    return generate
+
+
+def _either(*generators: Generator) -> Generator:
+    return lambda rng: rng.choice(generators)(rng)
+
+
+def _fixed(prefix: str, alphabet: str, count: int, last: str = ALNUM) -> Generator:
+    """``prefix`` + random characters; the last from ``last`` (a token ending in "-" or
+    "." is real, but would make "next to punctuation" cases ambiguous to assert)."""
+    return lambda rng: prefix + chars(rng, alphabet, count - 1) + rng.choice(last)
+
+
+PROVIDER_GENERATORS: dict[str, Generator] = {
+    "github_token": _github,
+    "gitlab_token": _gitlab,
+    "atlassian_token": _atlassian,
+    "npm_token": _npm,
+    "pypi_token": lambda rng: (
+        "pypi-AgEIcHlwaS5vcmcCJ" + chars(rng, B64URL, 150) + rng.choice(ALNUM)
+    ),
+    "rubygems_token": _fixed("rubygems_", HEX, 48, HEX),
+    "docker_hub_token": _either(_fixed("dckr_pat_", B64URL, 27), _fixed("dckr_oat_", B64URL, 32)),
+    "circleci_token": lambda rng: f"CCIPAT_{chars(rng, ALNUM, 22)}_{chars(rng, HEX, 40)}",
+    "buildkite_token": _fixed("bkua_", HEX, 40, HEX),
+    "artifactory_token": _artifactory,
+    "slack_token": _slack,
+    "slack_webhook_url": lambda rng: (
+        f"https://hooks.slack.com/services/T{chars(rng, UPPER_ALNUM, 8)}/B{chars(rng, UPPER_ALNUM, 10)}/"
+        + chars(rng, ALNUM, 24)
+    ),
+    "discord_webhook_url": lambda rng: (
+        f"https://discord.com/api/webhooks/{_digits(rng, 19)}/"
+        + chars(rng, B64URL, 67)
+        + rng.choice(ALNUM)
+    ),
+    "teams_webhook_url": lambda rng: (
+        f"https://contoso{_digits(rng, 2)}.webhook.office.com/webhookb2/{_uuid(rng)}@{_uuid(rng)}"
+        f"/IncomingWebhook/{chars(rng, HEX, 32)}/{_uuid(rng)}"
+    ),
+    "discord_bot_token": _discord_bot,
+    "telegram_bot_token": lambda rng: (
+        f"{_digits(rng, 10)}:AA{chars(rng, B64URL, 32)}{rng.choice(ALNUM)}"
+    ),
+    "azure_storage_key": _azure_storage,
+    "azure_connection_string": _azure_connection,
+    "azure_sas_token": _azure_sas,
+    "azure_ad_client_secret": _azure_ad,
+    "azure_identifiable_key": lambda rng: (
+        chars(rng, ALNUM, 52)
+        + "JQQJ99"
+        + chars(rng, UPPER, 2)
+        + "ACAAAAAAAAAAAAAS"
+        + rng.choice(["AZDO", "AZFU"])
+        + chars(rng, ALNUM, 4)
+    ),
+    "gcp_service_account": _gcp,
+    "google_oauth_secret": _fixed("GOCSPX-", B64URL, 28),
+    "google_oauth_token": _either(_fixed("ya29.", B64URL, 150), _fixed("1//0", B64URL, 100)),
+    "alibaba_key": _fixed("LTAI", ALNUM, 20),
+    "alibaba_secret": _keyed(["aliyun_ak", "alibaba_cloud_key"], lambda rng: chars(rng, ALNUM, 30)),
+    "tencent_key": _fixed("AKID", ALNUM, 32),
+    "digitalocean_token": lambda rng: (
+        rng.choice(["dop", "doo", "dor"]) + "_v1_" + chars(rng, HEX, 64)
+    ),
+    "cloudflare_token": _cloudflare,
+    "heroku_key": _either(_fixed("HRKU-AA", B64URL, 58), _keyed(["heroku_key", "heroku"], _uuid)),
+    "flyio_token": _either(
+        _fixed("fo1_", B64URL, 43),
+        lambda rng: "FlyV1 fm2_" + _b64(rng.randbytes(180)).rstrip("="),
+    ),
+    "vercel_token": _either(
+        _fixed("vcp_", ALNUM, 56),
+        _keyed(["vercel", "vercel_pat"], lambda rng: chars(rng, ALNUM, 24)),
+    ),
+    "netlify_token": _either(
+        _fixed("nfp_", ALNUM, 36),
+        _keyed(["netlify", "netlify_pat"], lambda rng: chars(rng, B64URL, 43)),
+    ),
+    "supabase_token": _either(_fixed("sbp_", HEX, 40, HEX), _fixed("sb_secret_", B64URL, 31)),
+    "planetscale_token": lambda rng: (
+        rng.choice(["pscale_tkn_", "pscale_pw_"]) + chars(rng, B64URL, 42) + rng.choice(ALNUM)
+    ),
+    "databricks_token": _fixed("dapi", HEX, 32, HEX),
+    "doppler_token": _fixed("dp.pt.", ALNUM, 43),
+    "pulumi_token": _fixed("pul-", HEX, 40, HEX),
+    "vault_token": _either(
+        _fixed("hvs.", ALNUM, 24),
+        _fixed("hvs.CAESI", B64URL, 86),
+        _fixed("hvb.AAAAAQ", B64URL, 140),
+    ),
+    "terraform_token": lambda rng: f"{chars(rng, ALNUM, 14)}.atlasv1.{chars(rng, ALNUM, 67)}",
+    "onepassword_token": _onepassword,
+    "age_secret_key": _age_key,
+    "datadog_key": _keyed(
+        ["dd_app_key", "datadog_application_key", "datadog app key", "dd-application-key"],
+        lambda rng: chars(rng, HEX, rng.choice([32, 40])),
+    ),
+    "grafana_token": _grafana,
+    "newrelic_key": _either(
+        _fixed("NRAK-", UPPER_ALNUM, 27, UPPER_ALNUM),
+        _fixed("NRII-", B64URL, 32),
+        lambda rng: chars(rng, HEX, 32) + "FFFFNRAL",
+    ),
+    "sentry_token": _sentry,
+    "dynatrace_token": lambda rng: (
+        f"dt0c01.{chars(rng, UPPER_ALNUM, 24)}.{chars(rng, UPPER_ALNUM, 64)}"
+    ),
+    "posthog_key": _fixed("phx_", ALNUM, 47),
+    "okta_token": _either(
+        lambda rng: "SSWS 00" + chars(rng, B64URL, 39) + rng.choice(ALNUM),
+        _keyed(
+            ["okta", "okta_ssws"], lambda rng: "00" + chars(rng, B64URL, 39) + rng.choice(ALNUM)
+        ),
+    ),
+    "linear_key": _fixed("lin_api_", ALNUM, 40),
+    "notion_token": _either(
+        _fixed("secret_", ALNUM, 43), lambda rng: "ntn_" + _digits(rng, 9) + chars(rng, ALNUM, 37)
+    ),
+    "airtable_token": lambda rng: f"pat{chars(rng, ALNUM, 14)}.{chars(rng, HEX, 64)}",
+    "asana_token": lambda rng: f"2/{_digits(rng, 16)}/{_digits(rng, 16)}:{chars(rng, HEX, 32)}",
+    "figma_token": _fixed("figd_", B64URL, 40),
+    "postman_key": lambda rng: f"PMAK-{chars(rng, HEX, 24)}-{chars(rng, HEX, 34)}",
+    "hubspot_token": lambda rng: f"pat-{rng.choice(['na1', 'eu1'])}-{_uuid(rng)}",
+    "contentful_token": _fixed("CFPAT-", B64URL, 43),
+    "mapbox_token": _mapbox,
+    "adafruit_key": _fixed("aio_", ALNUM, 28),
+    "sendgrid_key": lambda rng: (
+        f"SG.{chars(rng, B64URL, 22)}.{chars(rng, B64URL, 42)}{rng.choice(ALNUM)}"
+    ),
+    "twilio_key": _either(
+        lambda rng: rng.choice(["AC", "SK"]) + chars(rng, HEX, 32),
+        _keyed(["twilio", "twilio_auth"], lambda rng: chars(rng, HEX, 32)),
+    ),
+    "mailgun_key": _either(
+        lambda rng: f"{chars(rng, HEX, 32)}-{chars(rng, HEX, 8)}-{chars(rng, HEX, 8)}",
+        lambda rng: f"api:key-{chars(rng, HEX, 32)}",
+        _keyed(["mailgun", "mailgun_private"], lambda rng: "key-" + chars(rng, HEX, 32)),
+    ),
+    "mailchimp_key": lambda rng: f"{chars(rng, HEX, 32)}-us{rng.randrange(1, 22)}",
+    "brevo_key": lambda rng: f"xkeysib-{chars(rng, HEX, 64)}-{chars(rng, ALNUM, 16)}",
+    "shopify_token": lambda rng: (
+        rng.choice(["shpat_", "shpca_", "shppa_", "shpss_"]) + chars(rng, HEX, 32)
+    ),
+    "facebook_token": _fixed("EAAG", ALNUM, 160),
+    "square_token": _either(
+        _fixed("EAAA", B64URL, 60), _fixed("sq0atp-", B64URL, 22), _fixed("sq0csp-", B64URL, 43)
+    ),
+    "braintree_token": lambda rng: (
+        f"access_token$production${chars(rng, DIGITS + LOWER, 16)}${chars(rng, HEX, 32)}"
+    ),
+    "stripe_webhook_secret": lambda rng: "whsec_" + _b64(rng.randbytes(24)),
+    "huggingface_token": lambda rng: rng.choice(["hf_", "api_org_"]) + chars(rng, LETTERS, 34),
+    "replicate_token": _fixed("r8_", B64URL, 37),
+    "groq_key": lambda rng: f"gsk_{chars(rng, ALNUM, 20)}WGdyb3FY{chars(rng, ALNUM, 24)}",
+    "perplexity_key": _fixed("pplx-", ALNUM, 48),
+    "xai_key": _fixed("xai-", ALNUM, 80),
+    "mistral_key": _keyed(
+        ["mistral", "mistral_key", "MISTRAL_KEY"], lambda rng: chars(rng, ALNUM, 32)
+    ),
+    "cohere_key": _keyed(["cohere", "cohere_key"], lambda rng: chars(rng, ALNUM, 40)),
+    "langsmith_key": lambda rng: (
+        f"lsv2_{rng.choice(['pt', 'sk'])}_{chars(rng, HEX, 32)}_{chars(rng, HEX, 10)}"
+    ),
+    "pinecone_key": lambda rng: f"pcsk_{chars(rng, ALNUM, 6)}_{chars(rng, ALNUM, 63)}",
+    "tavily_key": lambda rng: rng.choice(["tvly-", "tvly-dev-"]) + chars(rng, ALNUM, 32),
+    "together_key": _fixed("tgp_v1_", B64URL, 43),
+    "nvidia_key": _fixed("nvapi-", B64URL, 64),
+    "elevenlabs_key": _fixed("sk_", HEX, 48, HEX),
+}
+
+
+# --- look-alikes -----------------------------------------------------------------------
+def _mutate(token: str, start: int, end: int, alphabet: str, rng: random.Random) -> str:
+    """``token`` with one character in ``[start, end)`` replaced by another of ``alphabet``."""
+    index = rng.randrange(start, end)
+    replacement = rng.choice([c for c in alphabet if c != token[index]])
+    return token[:index] + replacement + token[index + 1 :]
+
+
+def _bad_checksum(generate: Generator, alphabet: str, body_start: int, tail: int) -> Generator:
+    return lambda rng: _mutate(generate(rng), body_start, body_start + tail, alphabet, rng)
+
+
+def _prose(*sentences: str) -> Generator:
+    return lambda rng: rng.choice(sentences)
+
+
+def _one_of(*generators: Generator) -> Generator:
+    return lambda rng: rng.choice(generators)(rng)
+
+
+def _placeholder(prefix: str, count: int, fill: str = "x") -> Generator:
+    return lambda rng: prefix + rng.choice([fill * count, "0" * count, (LOWER * 4)[:count]])
+
+
+def _short(generate: Generator, by: int = 2) -> Generator:
+    return lambda rng: generate(rng)[:-by]
+
+
+def _gitlab_look_alike(rng: random.Random) -> str:
+    token = _gitlab(rng)
+    while ".01." not in token:
+        token = _gitlab(rng)
+    return _mutate(token, len(token) - 7, len(token), DIGITS + LOWER, rng)  # bad CRC
+
+
+def _glsa(rng: random.Random) -> str:
+    head = "glsa_" + chars(rng, ALNUM, 32)
+    return head + "_" + zlib.crc32(head.encode()).to_bytes(4, "little").hex()
+
+
+def _classic_github(rng: random.Random) -> str:
+    body = chars(rng, ALNUM, 30)
+    return "ghp_" + body + crc_base62(body)
+
+
+PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
+    "github_token": _one_of(
+        _bad_checksum(_classic_github, ALNUM, 4, 36),
+        _prose("Create a ghp_ token in settings.", "tokens start with ghp_ or github_pat_"),
+        _placeholder("github_pat_", 82),
+    ),
+    "gitlab_token": _one_of(
+        _gitlab_look_alike,
+        _placeholder("glpat-", 20),
+        _prose("Paste your glpat token here.", "GitLab PATs look like glpat-<20 chars>."),
+    ),
+    "atlassian_token": _bad_checksum(_atlassian, UPPER_ALNUM, 12, 16),
+    "npm_token": _one_of(
+        _bad_checksum(_npm, ALNUM, 4, 36), _prose("set NPM_TOKEN to an npm_ token")
+    ),
+    "pypi_token": _one_of(
+        _placeholder("pypi-AgEIcHlwaS5vcmc", 60),
+        _prose("pypi- tokens start with pypi-AgEIcHlwaS5vcmc"),
+    ),
+    "rubygems_token": _one_of(
+        _placeholder("rubygems_", 48, "0"), _short(PROVIDER_GENERATORS["rubygems_token"])
+    ),
+    "docker_hub_token": _one_of(
+        _short(_fixed("dckr_pat_", ALNUM, 27), 3), _placeholder("dckr_pat_", 27)
+    ),
+    "circleci_token": _placeholder("CCIPAT_xxxxxxxxxxxxxxxxxxxxxx_", 40, "0"),
+    "buildkite_token": _short(PROVIDER_GENERATORS["buildkite_token"]),
+    "artifactory_token": _one_of(
+        _placeholder("AKCp", 69), lambda rng: _b64(b"reftkx:01:" + rng.randbytes(38))
+    ),
+    "slack_token": _prose(
+        "Use an xoxb-your-bot-token-here value.", "xapp-level-tokens are different"
+    ),
+    "slack_webhook_url": _prose(
+        "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX",
+        "post to hooks.slack.com",
+    ),
+    "discord_webhook_url": lambda rng: (
+        f"https://discord.com/api/webhooks/{_digits(rng, 19)}/" + "x" * 68
+    ),
+    "teams_webhook_url": _prose("a Teams webhook on webhook.office.com/webhookb2/"),
+    # The first part must be the base64 of a numeric id; this one decodes to letters.
+    "discord_bot_token": lambda rng: (
+        f"{_b64url(b'1' + chars(rng, LOWER, 17).encode())}.{chars(rng, B64URL, 6)}.{chars(rng, B64URL, 27)}"
+    ),
+    "telegram_bot_token": _one_of(
+        lambda rng: f"{_digits(rng, 10)}:AA" + "x" * 33,
+        lambda rng: f"{_digits(rng, 10)}:AB{chars(rng, ALNUM, 33)}",
+    ),
+    "azure_storage_key": _one_of(
+        lambda rng: "integrity sha512-" + _b64(rng.randbytes(64)),  # a lockfile hash, no keyword
+        lambda rng: "AccountKey=" + "A" * 86 + "==",
+    ),
+    "azure_connection_string": _prose("SharedAccessKeyName=RootManageSharedAccessKey;"),
+    "azure_sas_token": lambda rng: (
+        f"https://acct.blob.core.windows.net/c/f?sig={chars(rng, ALNUM, 12)}"
+    ),
+    "azure_ad_client_secret": _one_of(
+        lambda rng: chars(rng, ALNUM, 3) + "8Q~" + chars(rng, ALNUM, 20),  # too short
+        lambda rng: chars(rng, ALNUM, 3) + "8Q~" + chars(rng, ALNUM, 40),  # too long
+    ),
+    "azure_identifiable_key": lambda rng: "x" * 52 + "JQQJ99" + chars(rng, UPPER, 26),
+    "gcp_service_account": lambda rng: json.dumps(
+        {"type": "service_account", "private_key_id": chars(rng, HEX, 12)}
+    ),
+    "google_oauth_secret": _one_of(
+        _short(_fixed("GOCSPX-", ALNUM, 28), 4), _placeholder("GOCSPX-", 28)
+    ),
+    "google_oauth_token": _prose("an access token (ya29.xxx) from gcloud", "ya29.a0AfH6SM"),
+    "alibaba_key": _one_of(_placeholder("LTAI", 20), _prose("LTAI keys are AccessKey IDs")),
+    "alibaba_secret": lambda rng: f"ALIYUN_AK={chars(rng, LOWER, 30)}",
+    "tencent_key": _placeholder("AKID", 32),
+    "digitalocean_token": _placeholder("dop_v1_", 64, "0"),
+    "cloudflare_token": _one_of(
+        lambda rng: f"CLOUDFLARE_KEY={chars(rng, LOWER, 40)}",
+        _placeholder("cfut_", 48),
+        lambda rng: chars(rng, ALNUM, 40),  # no keyword
+    ),
+    "heroku_key": _one_of(_uuid, _placeholder("HRKU-AA", 58)),
+    "flyio_token": _one_of(_placeholder("fo1_", 43), _prose("FlyV1 tokens start with fm2_")),
+    "vercel_token": _one_of(lambda rng: chars(rng, ALNUM, 24), lambda rng: "VERCEL=" + "a" * 24),
+    "netlify_token": _one_of(_placeholder("nfp_", 36), lambda rng: chars(rng, ALNUM, 43)),
+    "supabase_token": _one_of(
+        _placeholder("sbp_", 40, "0"), _prose("keys named sb_secret_ and sb_publishable_")
+    ),
+    "planetscale_token": _one_of(
+        _placeholder("pscale_tkn_", 43), _short(_fixed("pscale_pw_", ALNUM, 32), 3)
+    ),
+    "databricks_token": _placeholder("dapi", 32, "0"),
+    "doppler_token": _one_of(_placeholder("dp.pt.", 43), _prose("doppler tokens: dp.pt.xxx")),
+    "pulumi_token": _placeholder("pul-", 40, "0"),
+    "vault_token": _one_of(_placeholder("hvs.", 24), _prose("hvs. prefixed tokens")),
+    "terraform_token": lambda rng: f"{chars(rng, ALNUM, 14)}.atlasv1.{'x' * 67}",
+    "onepassword_token": _one_of(
+        lambda rng: "ops_eyJ" + "x" * 200,
+        lambda rng: "A3-" + "-".join("X" * n for n in (6, 6, 5, 5, 5, 5)),
+    ),
+    "age_secret_key": _bad_checksum(_age_key, "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L", 16, 58),
+    "datadog_key": _one_of(
+        lambda rng: chars(rng, HEX, 32),  # bare: no keyword
+        lambda rng: "DD_APP_KEY=" + "0" * 40,
+    ),
+    "grafana_token": _one_of(_bad_checksum(_glsa, ALNUM, 5, 32), _placeholder("glc_eyJ", 60)),
+    "newrelic_key": _one_of(_placeholder("NRAK-", 27, "X"), lambda rng: "0" * 32 + "FFFFNRAL"),
+    "sentry_token": _one_of(
+        _placeholder("sntryu_", 64, "0"), lambda rng: "sntrys_eyJ" + "x" * 60 + "_" + "y" * 43
+    ),
+    "dynatrace_token": lambda rng: f"dt0c01.{'X' * 24}.{'X' * 64}",
+    "posthog_key": _placeholder("phx_", 47),
+    "okta_token": _one_of(
+        lambda rng: "00" + chars(rng, ALNUM, 40), lambda rng: "okta: 00" + "x" * 40
+    ),
+    "linear_key": _placeholder("lin_api_", 40),
+    "notion_token": _one_of(
+        _placeholder("secret_", 43), _prose("a secret_ key for the notion integration")
+    ),
+    "airtable_token": lambda rng: f"pat{chars(rng, ALNUM, 14)}.{'0' * 64}",
+    "asana_token": lambda rng: f"2/{_digits(rng, 16)}/{_digits(rng, 16)}:{'0' * 32}",
+    "figma_token": _placeholder("figd_", 40),
+    "postman_key": lambda rng: f"PMAK-{'0' * 24}-{'0' * 34}",
+    "hubspot_token": _prose("pat-na1-00000000-0000-0000-0000-000000000000"),
+    "contentful_token": _placeholder("CFPAT-", 43),
+    "mapbox_token": lambda rng: "sk.eyJ" + chars(rng, ALNUM, 40) + "." + chars(rng, ALNUM, 22),
+    "adafruit_key": _placeholder("aio_", 28),
+    "sendgrid_key": _one_of(
+        _prose("SG.xxxxxxxxxxxxxxxxxxxxxx.xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
+        _short(_fixed("SG.", ALNUM, 22), 1),
+    ),
+    "twilio_key": _one_of(_placeholder("AC", 32, "0"), lambda rng: "AC" + chars(rng, HEX, 31)),
+    "mailgun_key": _one_of(
+        lambda rng: f"key-{chars(rng, HEX, 32)}", lambda rng: "api:key-" + "0" * 32
+    ),  # bare key- is a cache key
+    "mailchimp_key": lambda rng: f"{'0' * 32}-us{rng.randrange(1, 22)}",
+    "brevo_key": lambda rng: f"xkeysib-{'0' * 64}-{'0' * 16}",
+    "shopify_token": _one_of(
+        _placeholder("shpat_", 32, "0"), lambda rng: "shpat_" + chars(rng, "ghijklmnop", 32)
+    ),
+    "facebook_token": _placeholder("EAAG", 120),
+    "square_token": _one_of(_placeholder("EAAA", 60), _placeholder("sq0atp-", 22)),
+    "braintree_token": lambda rng: "access_token$production$" + "0" * 16 + "$" + "0" * 32,
+    "stripe_webhook_secret": _one_of(
+        _placeholder("whsec_", 32), _prose("the whsec_ signing secret")
+    ),
+    "huggingface_token": _one_of(
+        _prose(
+            "tokens begin with hf_ and are read-only by default",
+            "set HF_TOKEN before hf_hub_download",
+        ),
+        lambda rng: "hf_" + chars(rng, DIGITS, 34),
+        lambda rng: "hf_" + chars(rng, LOWER, 34),
+    ),
+    "replicate_token": _placeholder("r8_", 37),
+    "groq_key": lambda rng: "gsk_" + chars(rng, ALNUM, 52),  # no WGdyb3FY marker
+    "perplexity_key": _placeholder("pplx-", 48),
+    "xai_key": _one_of(_placeholder("xai-", 80), _prose("the xai-sdk package")),
+    "mistral_key": _one_of(lambda rng: chars(rng, ALNUM, 32), lambda rng: "mistral: " + "a" * 32),
+    "cohere_key": _one_of(
+        lambda rng: chars(rng, ALNUM, 40), lambda rng: "cohere: " + chars(rng, LOWER, 40)
+    ),
+    "langsmith_key": lambda rng: f"lsv2_pt_{'0' * 32}_{'0' * 10}",
+    "pinecone_key": _placeholder("pcsk_xxxxxx_", 63),
+    "tavily_key": _placeholder("tvly-", 32),
+    "together_key": _placeholder("tgp_v1_", 43),
+    "nvidia_key": _placeholder("nvapi-", 64),
+    "elevenlabs_key": _placeholder("sk_", 48, "0"),
+}
+
+# Detectors whose generators may put the value after a keyword ("DD_APP_KEY=<hex>").
+_KEYED_NAMES = frozenset(
+    {
+        "alibaba_secret", "cloudflare_token", "cohere_key", "datadog_key", "heroku_key",
+        "mailgun_key", "mistral_key", "netlify_token", "okta_token", "twilio_key",
+        "vercel_token",
+    }
+)  # fmt: skip
+_KEYED = re.compile(r"""(?:[=:]\s*|\s)['"]?([^\s'"=:]+)['"]?$""")
+
+
+def secret_part(name: str, credential: str) -> str:
+    """The part of ``credential`` (from ``PROVIDER_GENERATORS[name]``) never to be stored."""
+    if name in ("slack_webhook_url", "discord_webhook_url"):
+        return credential.rsplit("/", 1)[1]
+    if name == "teams_webhook_url":
+        return credential.split("/IncomingWebhook/", 1)[1]
+    if name == "azure_sas_token":
+        return credential.split("&sig=", 1)[1]
+    if name == "azure_connection_string":
+        if "SharedAccessKey=" in credential:
+            return credential.split("SharedAccessKey=", 1)[1]
+        # The signature; the SAS parameters around it (version, dates) are not secret.
+        return credential.split("&sig=", 1)[1]
+    if name == "azure_storage_key":
+        found = re.search(r"[A-Za-z0-9+/]{86}==", credential)
+        assert found is not None
+        return found.group()
+    if name == "gcp_service_account":
+        return json.loads(credential)["private_key_id"]  # type: ignore[no-any-return]
+    if name == "flyio_token":
+        return credential.removeprefix("FlyV1 ")
+    if name == "mailgun_key" and credential.startswith("api:"):
+        return credential[4:]
+    keyed = _KEYED.search(credential) if name in _KEYED_NAMES else None
+    return keyed.group(1) if keyed is not None else credential

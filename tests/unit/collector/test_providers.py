@@ -1,0 +1,306 @@
+"""Provider detectors: every generated credential is found wherever it sits in text, every
+near miss stays, and the redactor (with these detectors added) never stores one."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+import re2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.model import SpanRecord
+from collector.processors import redact as redact_module
+from collector.processors.providers import (
+    PROVIDER_DETECTORS,
+    REPLACED_RULES,
+    base36_crc32,
+    base62_crc32,
+    bech32_valid,
+    looks_random,
+)
+from collector.processors.redact import Redactor
+from collector.processors.rules import DETECTORS, Detector, RedactionConfig
+from tests.secretgen import (
+    ALNUM,
+    B64URL,
+    DIGITS,
+    HEX,
+    LOWER,
+    PROVIDER_GENERATORS,
+    PROVIDER_LOOK_ALIKES,
+    chars,
+    secret_part,
+)
+
+# The alternation as the redactor builds it, with the rules this module replaces dropped
+# from rules.DETECTORS and the provider detectors first: at one start position the first
+# alternative wins, and a generic rule that matches there and then rejects (the IBAN check
+# on "GR1348941...", on a Twilio "AC12..." or a hex Mailchimp key) would hide the token.
+BASE_DETECTORS = tuple(d for d in DETECTORS if d.name not in REPLACED_RULES)
+ALL: tuple[Detector, ...] = (*PROVIDER_DETECTORS, *BASE_DETECTORS)
+_OPTIONS = re2.Options()
+_OPTIONS.max_mem = 256 << 20  # as redact.py: the DFA outgrows RE2's 8 MiB default
+TEXT_PATTERN = re2.compile("|".join(f"(?P<{d.name}>{d.pattern})" for d in ALL), _OPTIONS)
+PATTERN = re2.compile(TEXT_PATTERN.pattern.encode(), _OPTIONS)  # on UTF-8, as redact.py
+ACCEPT = {d.name: d.accept for d in ALL}
+GROUPS: dict[str, int] = TEXT_PATTERN.groupindex
+RULE_OF_GROUP = {i: n for n, i in GROUPS.items() if "__value" not in n}
+VALUE_GROUPS = {
+    d.name: sorted(i for n, i in GROUPS.items() if n.startswith(f"{d.name}__value")) for d in ALL
+}
+NAMES = sorted(d.name for d in PROVIDER_DETECTORS)
+SEEDS = range(4)
+
+
+def findings(text: str) -> list[tuple[str, str]]:
+    """(rule, replaced text) for each match the redactor would replace, as it decides."""
+    data = text.encode()
+    found = []
+    for match in PATTERN.finditer(data):
+        rule = RULE_OF_GROUP[match.lastindex]
+        start, end = match.span()
+        for group in VALUE_GROUPS[rule]:
+            if match.span(group)[0] >= 0:
+                start, end = match.span(group)
+                break
+        value = data[start:end].decode()
+        accept = ACCEPT[rule]
+        accepted = value if accept is None else accept(value)
+        if accepted is not None:
+            assert value.startswith(accepted), (rule, value, accepted)
+            found.append((rule, accepted))
+    return found
+
+
+def contexts(secret: str) -> list[str]:
+    """Places a credential turns up in an agent's text."""
+    return [
+        secret,
+        f"Here is the credential {secret} for the deploy job.",
+        f"value={secret}",
+        json.dumps({"message": secret}),
+        json.dumps({"tool_output": f"export CONFIG={secret}\n"}),
+        f"'{secret}'",
+        f'"{secret}"',
+        f"({secret}), [{secret}]",
+        f"see: {secret}.",
+        f"{secret},next",
+        f"line one\n{secret}\nline three",
+        f"\t{secret};",
+        f"`{secret}`",
+    ]
+
+
+def _generated(name: str, seed: int) -> str:
+    return PROVIDER_GENERATORS[name](random.Random(f"{name}:{seed}"))
+
+
+def _assert_found(name: str, credential: str) -> None:
+    part = secret_part(name, credential)
+    for text in contexts(credential):
+        hits = findings(text)
+        assert any(rule == name and part in value for rule, value in hits), (text, hits)
+
+
+# --- the combined pattern ----------------------------------------------------------------
+def test_names_are_unique_identifiers_and_value_groups_are_named_for_their_rule() -> None:
+    names = [d.name for d in ALL]
+    assert len(names) == len(set(names))
+    assert {d.name for d in DETECTORS} & set(NAMES) == REPLACED_RULES
+    for detector in PROVIDER_DETECTORS:
+        assert detector.name.isidentifier() and detector.name == detector.name.lower()
+        inner = re.findall(r"\(\?P<(\w+)>", detector.pattern)
+        assert all(group.startswith(f"{detector.name}__value") for group in inner)
+    assert set(PROVIDER_GENERATORS) == set(NAMES) == set(PROVIDER_LOOK_ALIKES)
+
+
+def test_no_character_class_admits_nul() -> None:
+    """Segments are NUL-joined: a negated class must exclude NUL, "." is never used."""
+    for detector in PROVIDER_DETECTORS:
+        for negated in re.findall(r"\[\^((?:\\.|[^\]])*)\]", detector.pattern):
+            assert "\\x00" in negated, (detector.name, negated)
+        unescaped = re.sub(r"\\.|\[(?:\\.|[^\]])*\]", "", detector.pattern)
+        assert "." not in unescaped, detector.name
+
+
+def test_the_redactors_own_combination_compiles() -> None:
+    redactor = _redactor()
+    assert set(NAMES) <= set(redactor._pattern.groupindex)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_match_never_crosses_a_segment_boundary(name: str) -> None:
+    """Spans are scanned as NUL-joined segments: a credential split by NUL is not one."""
+    for seed in SEEDS:
+        credential = _generated(name, seed)
+        part = secret_part(name, credential)
+        middle = credential.index(part) + len(part) // 2
+        text = "a\x00" + credential[:middle] + "\x00" + credential[middle:] + "\x00b"
+        for _rule, value in findings(text):
+            assert "\x00" not in value
+
+
+# --- what is found, what is not ------------------------------------------------------------
+@pytest.mark.parametrize("name", NAMES)
+def test_generated_credentials_are_found_in_every_context(name: str) -> None:
+    for seed in SEEDS:
+        _assert_found(name, _generated(name, seed))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_look_alikes_are_left_alone(name: str) -> None:
+    for seed in range(12):
+        text = PROVIDER_LOOK_ALIKES[name](random.Random(f"look-alike:{name}:{seed}"))
+        for wrapped in (text, f"Note: {text} (from the docs).", json.dumps({"v": text})):
+            hits = [hit for hit in findings(wrapped) if hit[0] in NAMES]
+            assert hits == [], (wrapped, hits)
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.sampled_from(NAMES), seed=st.integers(0, 2**32))
+def test_any_seed_gives_a_credential_that_is_found(name: str, seed: int) -> None:
+    _assert_found(name, PROVIDER_GENERATORS[name](random.Random(seed)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.sampled_from(NAMES), seed=st.integers(0, 2**32))
+def test_any_seed_gives_a_look_alike_that_stays(name: str, seed: int) -> None:
+    text = PROVIDER_LOOK_ALIKES[name](random.Random(seed))
+    assert [hit for hit in findings(f"x {text} y") if hit[0] in NAMES] == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Hugging Face tokens start with hf_ and GitLab ones with glpat-.",
+        "glpat is the prefix; npm_ tokens are 40 characters; use ghp_ or github_pat_.",
+        "SG. stands for SendGrid; AKID and LTAI are access-key ids; dp.pt. is Doppler.",
+        "integrity sha512-" + "Qm" * 43 + "==",
+        "ETag 9f86d081884c7d659a2feaa0c55ad015 and trace 0af7651916cd43dd8448eb211c80319c",
+        "request-id 550e8400-e29b-41d4-a716-446655440000, api key rotated",
+        "datadog: enabled, mistral: mistral-large-latest, cohere: command-r-plus",
+        "okta: https://dev-123456.okta.com, cloudflare zone 023e105f4ecef8ad9ca31a8372d0c353",
+        "cache key-5d41402abc4b2a76b9719d911017c592 hit",
+        "xoxb-placeholder-for-docs and hooks.slack.com/services/T00000000/B00000000/XXXX",
+    ],
+)
+def test_prose_about_credentials_stays(text: str) -> None:
+    assert [hit for hit in findings(text) if hit[0] in NAMES] == []
+
+
+# --- checksums against published vectors -----------------------------------------------
+def test_checksums_match_published_vectors() -> None:
+    # CredSweeper tests/samples: github_classic_token (31 zeros), npm (its fake body).
+    assert base62_crc32("0" * 31) == "4WZ4EQ"
+    assert base62_crc32("Alm0StFaK3t0kEN8uTval1DcRC32dc") == "1Bscp5"
+    # age (BIP 173 Bech32): a single changed character always fails.
+    data = "KZYHJJGJ5DEC3RXGPEUA97WG99HU4Z3Z9ZK69GHAFZWJ08SFVF0QZ3WFS"
+    assert bech32_valid("AGE-SECRET-KEY-1" + data + "S")
+    assert not bech32_valid("AGE-SECRET-KEY-1" + data + "X")
+    assert base36_crc32("") == "0000000"
+
+
+def test_generated_checksums_are_what_the_validators_expect() -> None:
+    rng = random.Random(7)
+    body = chars(rng, "abcdef0123456789", 30)
+    assert len(base62_crc32(body)) == 6
+    assert all(c.isalnum() for c in base36_crc32(body))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" * 40,
+        "0" * 32,
+        "abcdefghijklmnopqrstuvwxyz0123",
+        "abcdabcdabcdabcdabcdabcd",
+        "123456789012",
+    ],
+)
+def test_placeholders_do_not_look_random(text: str) -> None:
+    assert not looks_random(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32), length=st.integers(16, 120))
+def test_random_strings_look_random(seed: int, length: int) -> None:
+    rng = random.Random(seed)
+    for alphabet in (HEX, LOWER + DIGITS, ALNUM, B64URL):
+        assert looks_random(chars(rng, alphabet, length), len(alphabet))
+
+
+# --- through the redactor ---------------------------------------------------------------------
+def _redactor() -> Redactor:
+    """A Redactor with the provider detectors first and the rules they replace dropped
+    (RedactionConfig.disabled_rules would drop both, as they share names; extra_detectors
+    come last, where rejected generic matches would hide some tokens)."""
+    patched = pytest.MonkeyPatch()
+    patched.setattr(redact_module, "DETECTORS", ALL)
+    try:
+        return Redactor(b"unit-test-key", RedactionConfig())
+    finally:
+        patched.undo()
+
+
+def _span(note: str, body: str) -> SpanRecord:
+    return SpanRecord(
+        project_id="p",
+        timestamp_ns=1,
+        trace_id="t" * 32,
+        span_id="s" * 16,
+        parent_span_id="",
+        trace_state="",
+        span_name="step",
+        span_kind="Internal",
+        service_name="svc",
+        resource_attributes={},
+        scope_name="",
+        scope_version="",
+        span_attributes={"note": note},
+        duration_ns=1,
+        status_code="Unset",
+        status_message="",
+        event_timestamps=[],
+        event_names=[],
+        event_attributes=[],
+        link_trace_ids=[],
+        link_span_ids=[],
+        link_trace_states=[],
+        link_attributes=[],
+        ingested_ns=1,
+        output=body,
+    )
+
+
+@pytest.fixture(scope="module")
+def redactor() -> Redactor:
+    return _redactor()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_redactor_never_stores_a_generated_credential(redactor: Redactor, name: str) -> None:
+    for seed in range(4):
+        credential = _generated(name, seed)
+        part = secret_part(name, credential)
+        record = _span(f"before {credential} after", json.dumps({"content": credential}))
+        redactor([record])
+        stored = record.span_attributes["note"] + record.output
+        assert part not in stored, (credential, stored)
+        assert record.span_attributes["note"].startswith("before ")
+        assert record.redactions
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_redactor_leaves_look_alikes_in_prose(redactor: Redactor, name: str) -> None:
+    for seed in range(6):
+        text = PROVIDER_LOOK_ALIKES[name](random.Random(f"prose:{name}:{seed}"))
+        if any(hit[0] not in NAMES for hit in findings(text)):
+            continue  # another rule's business (a key name, an e-mail address)
+        record = _span(f"see {text} here", "")
+        redactor([record])
+        assert record.span_attributes["note"] == f"see {text} here"
+        assert record.redactions == []
