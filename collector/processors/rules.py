@@ -243,8 +243,10 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "authorization_header",
         r"(?i:\b(?:proxy-)?authorization)[\"']?\s*[:=]\s*[\"']?"
-        r"(?:(?i:basic|bearer|token|digest|apikey)(?:\s|\\[nrt])+)?"
-        r"(?P<authorization_header__value>[A-Za-z0-9._~+/=:-]{6,})",
+        # Any scheme word (Basic, Bearer, SSWS, FlyV1, SharedAccessSignature...), then the
+        # credential, which is what is replaced.
+        r"(?:[A-Za-z][A-Za-z0-9_.-]{1,40}(?:\s|\\[nrt])+)?"
+        r"(?P<authorization_header__value>[A-Za-z0-9._~+/=:%&,-]{6,})",
     ),
     Detector(
         "cookie_header",

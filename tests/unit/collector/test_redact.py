@@ -560,3 +560,14 @@ def test_attribute_keys_with_odd_spelling_are_sensitive(redactor: Redactor) -> N
     assert all(value.startswith("<secret:") for value in record.span_attributes.values()), (
         record.span_attributes
     )
+
+
+@pytest.mark.parametrize("scheme", ["SSWS", "FlyV1", "SharedAccessSignature", "Bearer", "Basic"])
+def test_an_authorization_header_loses_its_credential_whatever_the_scheme(
+    redactor: Redactor, scheme: str
+) -> None:
+    credential = "".join(random.Random(scheme).choices(string.ascii_letters + string.digits, k=40))
+    record = span(span_attributes={"curl": f"curl -H 'Authorization: {scheme} {credential}' x"})
+    redactor([record])
+    assert credential[:12] not in record.span_attributes["curl"]
+    assert f"Authorization: {scheme} <secret:" in record.span_attributes["curl"]
