@@ -99,6 +99,7 @@ def _up(args: argparse.Namespace) -> int:
             print(
                 f"    (signing secret in {settings.data_dir / WEBHOOK_SECRET_FILE}; try: afr replay <run id>)"
             )
+            print(f"  {_sweep_line(worker)}")
         if collector.recovered_rows:
             print(
                 f"  recovered {collector.recovered_rows} acknowledged spans from the write-ahead log"
@@ -139,6 +140,15 @@ async def _start_worker(settings: Any, collector: Any) -> tuple[Any, Any, Any, i
     return worker, server, task, port
 
 
+def _sweep_line(worker: Any) -> str:
+    settings, schedule = worker.settings, worker.sweeps.schedule
+    if not settings.sweep_enabled:
+        return "sweeps: not scheduled (AFR_SWEEP_ENABLED=false); POST /hooks/sweeps still runs one"
+    return f"sweeps: '{schedule.cron}' ({schedule.zone.key}) over {settings.evals_dir}" + (
+        "" if settings.evals_dir.is_dir() else " (no such directory yet: nothing to sweep)"
+    )
+
+
 def _worker(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -156,6 +166,7 @@ def _worker(args: argparse.Namespace) -> int:
             f"  {worker.settings.concurrency} replay processes; jobs and spend in "
             f"{worker.settings.state_path}"
         )
+        print(f"  {_sweep_line(worker)}")
         sys.stdout.flush()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -225,6 +236,156 @@ def _keys(args: argparse.Namespace) -> int:
         return 0
     print(f"afr keys: no active key with id {args.key_id!r}", file=sys.stderr)
     return 1
+
+
+def _eval_synthesize(args: argparse.Namespace) -> int:
+    import re
+
+    from afr.local import read_local_key
+    from collector.settings import CollectorSettings
+    from replay_worker.client import CollectorClient, CollectorUnavailable, RunNotFound
+    from replay_worker.evals.contract import write_eval
+    from replay_worker.evals.synthesis import SynthesisError, fetch_runs, synthesize
+    from replay_worker.settings import WorkerSettings
+
+    run_id = args.replay_run_id.lower().removeprefix("trace_")
+    if not re.fullmatch(r"[0-9a-f]{32}", run_id):
+        print("afr eval synthesize: a run id is 32 hex digits", file=sys.stderr)
+        return 2
+    settings = WorkerSettings()
+    key = (
+        settings.collector_key.get_secret_value()
+        if settings.collector_key
+        else read_local_key(args.data_dir or CollectorSettings().data_dir)
+    )
+    client = CollectorClient(args.collector or settings.collector_url, key)
+    try:
+        source, replay = asyncio.run(fetch_runs(client, run_id, wait_s=settings.run_wait_s))
+        document = synthesize(source, replay)
+    except SynthesisError as exc:
+        print(f"afr eval synthesize: refused: {exc}", file=sys.stderr)
+        return 1
+    except (RunNotFound, CollectorUnavailable) as exc:
+        print(f"afr eval synthesize: {exc}", file=sys.stderr)
+        return 1
+    if args.assist:
+        from replay_worker.evals.assist import assist_with_settings
+
+        if args.data_dir is not None and "AFR_WORKER_DATA_DIR" not in os.environ:
+            settings = settings.model_copy(update={"data_dir": args.data_dir / "worker"})
+        try:
+            outcome, cost_usd = asyncio.run(assist_with_settings(document, replay, settings))
+        except Exception as exc:  # the model, its budget: nothing is written
+            print(
+                f"afr eval synthesize: --assist failed: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+            return 1
+        for rejected in outcome.rejected:
+            print(f"  not kept: {rejected['reason']}: {rejected['proposal']}", file=sys.stderr)
+        print(
+            f"--assist kept {len(outcome.kept)} of "
+            f"{len(outcome.kept) + len(outcome.rejected)} proposed assertions (${cost_usd:.6f})",
+            file=sys.stderr,
+        )
+        document = outcome.apply(document)
+    path = write_eval(document, args.output or settings.evals_dir)
+    print(path)
+    print(
+        f"{document.id}: {document.name} ({len(document.assertions)} assertions)", file=sys.stderr
+    )
+    return 0
+
+
+def _eval_run(args: argparse.Namespace) -> int:
+    from replay_worker.evals.command import RunOptions, parse_shard, run_command
+    from replay_worker.settings import WorkerSettings
+
+    try:
+        shard = parse_shard(args.shard) if args.shard else None
+        if args.workers < 1:
+            raise ValueError("--workers must be at least 1")
+    except ValueError as exc:
+        print(f"afr eval run: {exc}", file=sys.stderr)
+        return 2
+    options = RunOptions(
+        paths=args.paths or [WorkerSettings().evals_dir],
+        agent=args.agent,
+        model=args.model,
+        shard=shard,
+        junit=args.junit,
+        allow_inconclusive=args.allow_inconclusive,
+        sweep_id=args.sweep_id,
+        json_output=args.json,
+        workers=args.workers,
+        export=not args.no_export,
+        list_only=args.list,
+    )
+    return run_command(options)
+
+
+def _eval_schema(args: argparse.Namespace) -> int:
+    from replay_worker.evals.contract import json_schema_text
+
+    if args.output is None:
+        sys.stdout.write(json_schema_text())
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json_schema_text())
+    print(args.output)
+    return 0
+
+
+def _sweep_run(args: argparse.Namespace) -> int:
+    import json
+
+    from afr.local import read_local_key
+    from collector.settings import CollectorSettings
+    from replay_worker.settings import WorkerSettings
+    from replay_worker.sweeps import SweepLost, run_foreground
+
+    overrides: dict[str, Any] = {}
+    if args.evals is not None:
+        overrides["evals_dir"] = args.evals
+    data_dir = args.data_dir or CollectorSettings().data_dir
+    if "AFR_WORKER_DATA_DIR" not in os.environ:  # the state `afr up`'s worker uses
+        overrides["data_dir"] = data_dir / "worker"
+    if "AFR_WORKER_COLLECTOR_KEY" not in os.environ:
+        overrides["collector_key"] = read_local_key(data_dir)
+    try:
+        settings = WorkerSettings(**overrides)
+    except ValueError as exc:
+        print(f"afr sweep run: {exc}", file=sys.stderr)
+        return 2
+    if not settings.evals_dir.is_dir():
+        print(f"afr sweep run: no evals directory {settings.evals_dir}", file=sys.stderr)
+        return 2
+    try:
+        summary, sweep = run_foreground(settings, slot_label=args.slot)
+    except SweepLost as exc:
+        print(f"afr sweep run: {exc}", file=sys.stderr)
+        return 1
+    if summary is None:
+        if sweep.state != "finished":
+            print(
+                f"afr sweep run: sweep {sweep.sweep_id} (slot {sweep.slot}) is {sweep.state}"
+                + (" in a worker" if sweep.state == "running" else "")
+                + (f": {sweep.error['reason']}" if sweep.error else ""),
+                file=sys.stderr,
+            )
+            return 1
+        print(f"slot {sweep.slot} was swept already; its summary:", file=sys.stderr)
+        print(json.dumps(sweep.summary, indent=2))
+        done = sweep.summary or {}
+        return 0 if done and not (done["failed"] or done["errored"]) else 1
+    print(json.dumps(summary.to_json(), indent=2))
+    print(
+        f"sweep {summary.sweep_id}: {summary.passed} passed, {summary.failed} failed, "
+        f"{summary.inconclusive} inconclusive, {summary.errored} errored; "
+        f"${summary.cost_usd:.6f}, {summary.duration_s:.1f} s; run {summary.sweep_run_id}",
+        file=sys.stderr,
+    )
+    return 0 if summary.ok else 1
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -297,6 +458,101 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("key_id")
     collector_flags(revoke)
     keys.set_defaults(func=_keys)
+
+    # afr eval <command>: one parser for every eval command (synthesize, schema, run...).
+    evals = commands.add_parser("eval", help="portable regression evals (afr.eval/v1 files)")
+    eval_commands = evals.add_subparsers(dest="eval_command", required=True)
+    synthesize = eval_commands.add_parser(
+        "synthesize",
+        help="write the eval a FAILURE_FIXED replay implies into the evals directory",
+        description="Reads the replay run and its source through the collector's read API "
+        "(AFR_WORKER_COLLECTOR_URL, key AFR_WORKER_COLLECTOR_KEY or the local project's key), "
+        "derives the assertions that capture the correction, and writes <dir>/<eval id>.json. "
+        "The same runs always give the same file.",
+    )
+    synthesize.add_argument("replay_run_id")
+    synthesize.add_argument(
+        "-o", "--output", type=Path, help="evals directory (default AFR_WORKER_EVALS_DIR, ./evals)"
+    )
+    synthesize.add_argument("--collector", help="collector URL (default AFR_WORKER_COLLECTOR_URL)")
+    synthesize.add_argument(
+        "--assist",
+        action="store_true",
+        help="also ask the configured model for assertions (kept only if valid and holding on "
+        "the fixing replay; costs through the ledger; not deterministic)",
+    )
+    collector_flags(synthesize)
+    synthesize.set_defaults(func=_eval_synthesize)
+    schema = eval_commands.add_parser("schema", help="print or write the afr.eval/v1 JSON Schema")
+    schema.add_argument("-o", "--output", type=Path, help="write it to this file")
+    schema.set_defaults(func=_eval_schema)
+    run_evals = eval_commands.add_parser(
+        "run",
+        help="replay every eval and check its assertions (exit 1 on a failed eval)",
+        description="Replays each eval through the replay engine (tools answered from the "
+        "captured outcomes, models and budgets as the worker's: AFR_WORKER_MODEL_*, "
+        "AFR_WORKER_*_BUDGET_USD), checks its assertions, prints a table and writes each eval "
+        "run to the collector when one is configured (AFR_WORKER_COLLECTOR_KEY, "
+        "AFR_WORKER_COLLECTOR_OTLP_ENDPOINT). Exit status: 0 all passed, 1 any failed, "
+        "errored or inconclusive, 2 bad input.",
+    )
+    run_evals.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help="eval files or directories (default AFR_WORKER_EVALS_DIR, ./evals)",
+    )
+    run_evals.add_argument(
+        "--agent",
+        metavar="MODULE:ATTR",
+        help="run against the agent as the code defines it now (its instructions, tool "
+        "schemas, handoffs) instead of the captured one",
+    )
+    run_evals.add_argument("--model", help="model to run against (default: each eval's)")
+    run_evals.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="run only shard I of N (1-based; N machines cover each eval once)",
+    )
+    run_evals.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
+    run_evals.add_argument(
+        "--allow-inconclusive",
+        action="store_true",
+        help="an INCONCLUSIVE eval does not fail the run (a skipped test in JUnit)",
+    )
+    run_evals.add_argument("--sweep-id", help="record the eval runs as part of this sweep")
+    run_evals.add_argument("--workers", type=int, default=1, help="eval processes (default 1)")
+    run_evals.add_argument("--json", action="store_true", help="print the outcomes as JSON")
+    run_evals.add_argument(
+        "--list", action="store_true", help="print the evals this shard would run, and exit"
+    )
+    run_evals.add_argument(
+        "--no-export", action="store_true", help="do not write the eval runs to the collector"
+    )
+    run_evals.set_defaults(func=_eval_run)
+
+    sweep = commands.add_parser("sweep", help="sweeps: every eval of the evals directory")
+    sweep_commands = sweep.add_subparsers(dest="sweep_command", required=True)
+    sweep_run = sweep_commands.add_parser(
+        "run",
+        help="run one sweep now, in the foreground, and print its summary",
+        description="Runs every eval of the evals directory as one sweep slot claimed in the "
+        "worker's state store, so a slot never runs twice to completion (a worker's or this "
+        "command's), writes the eval runs and the sweep's summary run (kind sweep) to the "
+        "collector, and prints the summary. Exit status: 0 nothing failed or errored, 1 "
+        "otherwise (or the slot is running elsewhere), 2 bad input.",
+    )
+    sweep_run.add_argument(
+        "--evals", type=Path, help="evals directory (default AFR_WORKER_EVALS_DIR, ./evals)"
+    )
+    sweep_run.add_argument(
+        "--slot",
+        help="the slot to run: an instant of the schedule (2026-12-01T03:00:00Z: that "
+        "scheduled slot, done once) or any label (a manual slot of its own); default: a new "
+        "manual slot",
+    )
+    collector_flags(sweep_run)
+    sweep_run.set_defaults(func=_sweep_run)
 
     demo = commands.add_parser("demo", help="walk the sacred path end to end and say what happened")
     demo.add_argument("--data-dir", type=Path, help="default ./.afr/demo")

@@ -3,7 +3,9 @@
 Built so far: the seeded failing run (real ``Runner``, scripted model) -> the bridge ->
 OTLP/gRPC -> the collector (auth, redact, normalize, write-ahead log) -> embedded
 ClickHouse -> the read API -> a signed replay hook -> the replay worker (tools stubbed,
-cost bounded) -> verdict -> the replay run, linked to its source, back in the store. The
+cost bounded) -> verdict -> the replay run, linked to its source, back in the store ->
+a signed eval hook synthesizes the regression eval -> ``afr eval run`` against the fixing
+model (green) and the original behaviour (red) -> a sweep over the evals directory. The
 run is printed as the span tree the API returns, with the red tool span marked; the
 Grafana timeline will show the same once the dashboards land.
 """
@@ -11,7 +13,10 @@ Grafana timeline will show the same once the dashboards land.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +30,10 @@ from afr.scripted_model import ScriptedModelServer
 from collector.server import CollectorThread
 from collector.settings import CollectorSettings
 from replay_worker.app import WorkerThread
+from replay_worker.evals.command import RunOptions, run_command
 from replay_worker.settings import WorkerSettings
-from replay_worker.trigger import request_replay, wait_for_job
+from replay_worker.sweeps import run_foreground
+from replay_worker.trigger import request_replay, signed_headers, wait_for_job
 
 __all__ = ["DEMO_DATA_DIR", "run_demo"]
 
@@ -115,8 +122,10 @@ def run_demo(data_dir: Path = DEMO_DATA_DIR) -> int:
     )
     print("   (with that afr up running and OPENAI_API_KEY set: a live model replays it)")
     print(
-        "not built yet: Grafana dashboards, evals from fixed replays, nightly sweep (see the open issues)"
+        f"   .venv/bin/afr eval run {data_dir / 'evals'} --junit report.xml   (in CI: --shard I/N)"
     )
+    print(f"   .venv/bin/afr sweep run --evals {data_dir / 'evals'} --data-dir {data_dir}")
+    print("not built yet: Grafana dashboards, deploy/ manifests (see the open issues)")
     return 0
 
 
@@ -126,7 +135,9 @@ REFUND_STUB = json.dumps({"status": "refunded", "order_id": "A-1001", "amount": 
 def _replay(collector: Any, key: str, data_dir: Path, run_id: str, desk: RefundDesk) -> int:
     """Signed hook -> replay against a model that gets the amount right -> verdict."""
     secret = ensure_webhook_secret(data_dir)
-    with ScriptedModelServer(fixed_script()) as model:
+    # per_conversation: every conversation (the replay, each eval run, the sweep) walks the
+    # fixing model's script from its start.
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
         settings = WorkerSettings(
             port=0,
             collector_url=f"http://127.0.0.1:{collector.http_port}",
@@ -136,6 +147,8 @@ def _replay(collector: Any, key: str, data_dir: Path, run_id: str, desk: RefundD
             model_base_url=model.base_url,
             model_api_key="scripted-no-key",
             data_dir=data_dir / "worker",
+            evals_dir=data_dir / "evals",
+            sweep_enabled=False,  # the demo triggers its sweep itself
         )
         with WorkerThread(settings) as worker:
             print("5. signed POST /hooks/replay: replay against a model that sends amount=12.0,")
@@ -146,9 +159,15 @@ def _replay(collector: Any, key: str, data_dir: Path, run_id: str, desk: RefundD
                 worker.url, secret, run_id, stubs={"refund_order": REFUND_STUB}
             )
             job = wait_for_job(worker.url, accepted["job_id"], 120)
-    if job["state"] != "succeeded":
-        print(f"   replay job failed: {job['error']}")
-        return 1
+            if job["state"] != "succeeded":
+                print(f"   replay job failed: {job['error']}")
+                return 1
+            if _show_replay(collector, key, job, desk) != 0:
+                return 1
+            return _evals(worker.url, secret, settings, model.base_url, job["result"])
+
+
+def _show_replay(collector: Any, key: str, job: dict[str, Any], desk: RefundDesk) -> int:
     result = job["result"]
     print(f"   verdict {result['verdict']} (cost reserved and settled: ${job['cost_usd']:.6f})")
     print(f"   first divergence: {result['first_divergence']}")
@@ -164,3 +183,70 @@ def _replay(collector: Any, key: str, data_dir: Path, run_id: str, desk: RefundD
         f"linked to source {replay['source_run_id']}"
     )
     return 0
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``afr eval run`` reads its settings from the environment, as it would in CI."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _evals(
+    worker_url: str, secret: str, settings: WorkerSettings, model_url: str, result: dict[str, Any]
+) -> int:
+    """Signed eval hook -> the eval file -> ``afr eval run`` green and red -> a sweep."""
+    body = json.dumps({"replay_run_id": result["replay_run_id"]}).encode()
+    answer = httpx.post(
+        f"{worker_url}/hooks/evals", content=body, headers=signed_headers(secret, body), timeout=60
+    )
+    if answer.status_code != 201:
+        print(f"7. eval synthesis refused: HTTP {answer.status_code} {answer.text}")
+        return 1
+    created = answer.json()
+    print(f"7. signed POST /hooks/evals: the fixed replay became eval {created['eval_id']}")
+    print(f"   file {created['path']} (afr.eval/v1, the replay fixture embedded), asserting:")
+    for assertion in created["eval"]["assertions"]:
+        detail = {k: v for k, v in assertion.items() if k != "kind"}
+        print(f"     {assertion['kind']} {json.dumps(detail, sort_keys=True)}")
+    environment = {
+        "AFR_WORKER_MODEL_API_KEY": "scripted-no-key",
+        "AFR_WORKER_COLLECTOR_OTLP_ENDPOINT": settings.collector_otlp_endpoint,
+        "AFR_WORKER_COLLECTOR_KEY": settings.collector_key.get_secret_value()
+        if settings.collector_key
+        else "",
+        "AFR_WORKER_DATA_DIR": str(settings.data_dir),
+    }
+    print("8. afr eval run against the fixing model (expect green):")
+    with _environment({**environment, "AFR_WORKER_MODEL_BASE_URL": model_url}):
+        green = run_command(RunOptions(paths=[settings.evals_dir]))
+    print("   afr eval run against the original behaviour, amount '12.OO' (expect red):")
+    with (
+        ScriptedModelServer(failing_script(), per_conversation=True) as original,
+        _environment({**environment, "AFR_WORKER_MODEL_BASE_URL": original.base_url}),
+    ):
+        red = run_command(RunOptions(paths=[settings.evals_dir]))
+    print(f"   exit codes: fixing model {green}, original behaviour {red}")
+    if green != 0 or red == 0:
+        print("   the eval did not separate the fix from the failure")
+        return 1
+    print("9. a sweep over the evals directory (what the worker runs nightly, AFR_SWEEP_CRON):")
+    sweep_settings = settings.model_copy(update={"model_base_url": model_url})
+    summary, _ = run_foreground(sweep_settings, slot_label=f"demo-{result['replay_run_id'][:12]}")
+    if summary is None:
+        print("   the demo's sweep slot already ran in this data directory")
+        return 0
+    print(
+        f"   sweep {summary.sweep_id}: {summary.passed} passed, {summary.failed} failed, "
+        f"{summary.inconclusive} inconclusive, {summary.errored} errored "
+        f"in {summary.duration_s:.1f} s; summary run {summary.sweep_run_id} (kind sweep)"
+    )
+    return 0 if summary.ok else 1

@@ -7,6 +7,9 @@ span gets its tool-call id), and the one worker thread that owns it is the only 
 Ids are exact and stable: the OTel trace id *is* the SDK trace id; span ids are the first
 64 bits of the SDK's 96-bit ids (hashed when an id does not have the SDK's shape); the
 workflow root's span id is derived from the trace id. Re-exporting a run yields the same ids.
+In a trace whose metadata sets ``afr.deterministic_ids``, span ids derive instead from the
+trace id and each span's place in start order (``ordinal_span_id``), so running the same
+thing again under the same trace id yields the same ids too.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from exporter import messages
 from exporter import semconv as sc
 
-__all__ = ["SpanConverter", "otel_span_id", "otel_trace_id", "workflow_span_id"]
+__all__ = [
+    "SpanConverter",
+    "ordinal_span_id",
+    "otel_span_id",
+    "otel_trace_id",
+    "workflow_span_id",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -69,6 +78,18 @@ def otel_span_id(sdk_span_id: str) -> int:
 def workflow_span_id(sdk_trace_id: str) -> int:
     """The span id of a trace's workflow root, derived from the trace id alone."""
     return _hash_bits("afr-workflow:" + sdk_trace_id, 8)
+
+
+def ordinal_span_id(sdk_trace_id: str, ordinal: int) -> int:
+    """The span id of the ``ordinal``-th span started in a trace with deterministic ids."""
+    return _hash_bits(f"afr-span:{sdk_trace_id}:{ordinal}", 8)
+
+
+def _span_id(sdk_trace_id: str, sdk_span_id: str, ordinals: Mapping[str, int] | None) -> int:
+    ordinal = ordinals.get(sdk_span_id) if ordinals is not None else None
+    if ordinal is None:
+        return otel_span_id(sdk_span_id)
+    return ordinal_span_id(sdk_trace_id, ordinal)
 
 
 def iso_to_ns(stamp: str | None) -> int | None:
@@ -278,10 +299,12 @@ class SpanConverter:
         span: Span[Any],
         tools_offered: list[dict[str, Any]] | None = None,
         run_start: RunStart | None = None,
+        ordinals: Mapping[str, int] | None = None,
     ) -> ReadableSpan:
         """One finished SDK span -> one OTel span. ``tools_offered``: definitions the model
         was given, when they are not on the span itself (the Chat Completions path);
-        ``run_start``: what the runner started a task span with."""
+        ``run_start``: what the runner started a task span with; ``ordinals``: SDK span id ->
+        place in start order, for a trace with deterministic ids."""
         data = span.span_data
         span_type = str(getattr(data, "type", "unknown"))
         method = getattr(self, f"_convert_{span_type}", None)
@@ -319,12 +342,15 @@ class SpanConverter:
                 )
             )
         parent_id = (
-            otel_span_id(span.parent_id) if span.parent_id else workflow_span_id(span.trace_id)
+            _span_id(span.trace_id, span.parent_id, ordinals)
+            if span.parent_id
+            else workflow_span_id(span.trace_id)
         )
         trace_id = otel_trace_id(span.trace_id)
+        span_id = _span_id(span.trace_id, span.span_id, ordinals)
         return ReadableSpan(
             name=draft.name,
-            context=SpanContext(trace_id, otel_span_id(span.span_id), False, _SAMPLED),
+            context=SpanContext(trace_id, span_id, False, _SAMPLED),
             parent=SpanContext(trace_id, parent_id, False, _SAMPLED),
             resource=self._resource,
             attributes=draft.attributes,

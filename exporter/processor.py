@@ -11,7 +11,10 @@ usually the agent's event loop):
   whose tool schemas are not on the span: it keeps a reference to the ``tools`` and
   ``handoffs`` arguments of the ``Model.get_response`` call that opened the span; and for
   the task span of a ``Runner.run``: a reference to the run's input, ``max_turns``, starting
-  agent and run config (no span carries them; a replay needs them).
+  agent and run config (no span carries them; a replay needs them); and, in a trace whose
+  metadata sets ``afr.deterministic_ids``, it numbers the span in start order (one dict
+  look-up for every other span). ``on_span_end`` of such a span enqueues it with the numbers
+  of itself and its parent, so a later run under the same trace id cannot mix them up.
 - One daemon worker thread converts (``SpanConverter``) and exports batches through the
   OpenTelemetry OTLP exporter, which retries within its own timeout. A batch that still
   fails is counted as dropped; nothing ever raises into the agent.
@@ -36,6 +39,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from exporter.convert import RunStart, SpanConverter, tool_definitions
+from exporter.semconv import METADATA_DETERMINISTIC_IDS
 
 __all__ = ["AfrTracingProcessor", "ExporterStats"]
 
@@ -48,6 +52,15 @@ _MAX_TOOL_REFS = 4_096
 # Frames between on_span_start and the Model.get_response/stream_response that opened the
 # span: provider.on_span_start <- SpanImpl.start <- SpanImpl.__enter__ <- the model method.
 _MAX_FRAMES_TO_MODEL_CALL = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _NumberedSpan:
+    """A span of a trace with deterministic ids, with the start-order numbers of itself and
+    its parent (SDK span id -> number)."""
+
+    span: Span[Any]
+    ordinals: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -94,6 +107,9 @@ class AfrTracingProcessor(TracingProcessor):
         self._queue: deque[Any] = deque()
         self._tools_offered: dict[str, tuple[Any, Any]] = {}
         self._run_starts: dict[str, RunStart] = {}
+        # SDK trace id -> {SDK span id: place in start order}, for open traces with
+        # deterministic ids. Host thread only: spans are enqueued with their numbers.
+        self._ordinals: dict[str, dict[str, int]] = {}
         self._dropped_queue_full = 0
         self._enqueue_attempts = 0
         self._exported = 0
@@ -113,13 +129,31 @@ class AfrTracingProcessor(TracingProcessor):
 
     # --- host thread: must not block or raise --------------------------------------------
     def on_trace_start(self, trace: Trace) -> None:
+        try:
+            metadata = getattr(trace, "metadata", None)
+            if isinstance(metadata, dict) and metadata.get(METADATA_DETERMINISTIC_IDS) is True:
+                ordinals = self._ordinals
+                while len(ordinals) >= _MAX_TOOL_REFS:  # traces that never ended
+                    del ordinals[next(iter(ordinals))]
+                ordinals[trace.trace_id] = {}
+        except Exception:  # noqa: S110 - never raise into the agent; ids fall back to the SDK's
+            pass
         self._enqueue((_TRACE_START, trace, time.time_ns()))
 
     def on_trace_end(self, trace: Trace) -> None:
+        if self._ordinals:
+            self._ordinals.pop(getattr(trace, "trace_id", None), None)  # type: ignore[arg-type]
         self._enqueue_attempts += 1  # the workflow root span this marker becomes
         self._enqueue((_TRACE_END, trace, time.time_ns()))
 
     def on_span_start(self, span: Span[Any]) -> None:
+        if self._ordinals:  # only while a trace with deterministic ids is open
+            try:
+                ordinals = self._ordinals.get(span.trace_id)
+                if ordinals is not None:
+                    ordinals[span.span_id] = len(ordinals)
+            except Exception:  # noqa: S110 - never raise into the agent
+                pass
         data_type = type(span.span_data)
         if data_type is TaskSpanData:
             self._remember_run_start(span)
@@ -169,11 +203,21 @@ class AfrTracingProcessor(TracingProcessor):
         queue = self._queue
         self._enqueue_attempts += 1
         if len(queue) < self._max_queue:
-            queue.append(span)
+            queue.append(self._numbered(span) if self._ordinals else span)
             if len(queue) == self._max_batch:
                 self._wake.set()
         else:
             self._dropped_queue_full += 1
+
+    def _numbered(self, span: Span[Any]) -> Any:
+        try:
+            ordinals = self._ordinals.get(span.trace_id)
+            if ordinals is None:
+                return span
+            numbers = {k: ordinals[k] for k in (span.span_id, span.parent_id) if k in ordinals}
+            return _NumberedSpan(span, numbers)
+        except Exception:  # never raise into the agent: the span keeps the SDK's ids
+            return span
 
     def _enqueue(self, item: Any) -> None:
         # Trace markers are few; they may exceed the bound slightly rather than lose a root.
@@ -295,13 +339,16 @@ class AfrTracingProcessor(TracingProcessor):
                 self._converter.trace_started(trace, stamp_ns)
                 return None
             return self._converter.trace_ended(trace, stamp_ns)
+        ordinals: dict[str, int] | None = None
+        if type(item) is _NumberedSpan:
+            item, ordinals = item.span, item.ordinals
         offered = self._tools_offered.pop(item.span_id, None)
         definitions = None
         if offered is not None:
             tools, handoffs = offered
             definitions = tool_definitions(list(tools or ()), list(handoffs or ()))
         run_start = self._run_starts.pop(item.span_id, None)
-        return self._converter.convert(item, definitions, run_start)
+        return self._converter.convert(item, definitions, run_start, ordinals)
 
     def _log_new_drops(self) -> None:
         dropped = self.stats.dropped

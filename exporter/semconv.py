@@ -105,5 +105,9 @@ METADATA_LINKED_RUNS: Final = "afr.linked_runs"
 """``{role: run id}`` of more runs the root links to (an eval run: its replay; a sweep: its
 eval runs); each becomes an OTel link with ``afr.link.role``."""
 AFR_LINK_ROLE: Final = "afr.link.role"
+METADATA_DETERMINISTIC_IDS: Final = "afr.deterministic_ids"
+"""``true``: the trace's OTel span ids derive from (trace id, the span's place in start
+order) instead of the SDK's random span ids, so a run executed again under the same trace id
+(a retried eval of a sweep) exports the same span ids and the store keeps it once."""
 
 SCOPE_NAME: Final = "afr.exporter"

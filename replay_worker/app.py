@@ -4,6 +4,18 @@
                         "policy": "exact" | "strict" | "lenient"}``
                         Standard Webhooks signature; 202 ``{"job_id", "state", "status_url"}``;
                         the same ``webhook-id`` again answers with the same job.
+``POST /hooks/evals``   body ``{"replay_run_id": "..."}``, signed the same way; synthesizes the
+                        eval of a ``FAILURE_FIXED`` replay into the evals directory: 201
+                        ``{"eval_id", "path", "eval"}``; 422 with the reason for any other
+                        verdict; 404 for an unknown run. Deterministic, so a re-delivered
+                        ``webhook-id`` (or another for the same run) gets the same answer
+                        and file.
+``POST /hooks/sweeps``  body ``{}`` or ``{"slot": "..."}``, signed the same way; queues the
+                        sweep of that slot (default: a manual slot named by the webhook id;
+                        an instant of the schedule, ``2026-12-01T03:00:00Z``, is that
+                        scheduled slot): 202 ``{"sweep_id", "state", "status_url"}``; a slot
+                        queued, running or finished already answers with the same sweep.
+``GET /sweeps/{id}``    the sweep's state and, once finished, its summary.
 ``GET /jobs/{job_id}``  state and, when done, the verdict (or why it failed), its cost and
                         any overrun; from the state store, so any worker on it answers.
 ``GET /healthz``        the day's spend and overrun, jobs by state, the replay pool; 503
@@ -17,6 +29,7 @@ exporter (``exporter.install``, in the replay process), to the collector.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import re
@@ -31,8 +44,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from replay_worker.client import CollectorClient, CollectorUnavailable, RunNotFound
 from replay_worker.hooks.signature import SignatureError, verify
 from replay_worker.jobs import JobRunner
+from replay_worker.pool import ChildConfig
+from replay_worker.scheduler import ProcessSweepExecutor, SweepScheduler, parse_schedule
 from replay_worker.settings import WorkerSettings
 from replay_worker.state import Clock
 
@@ -48,10 +64,29 @@ class ReplayWorker:
     def __init__(self, settings: WorkerSettings, *, clock: Clock = time.time) -> None:
         self.settings = settings
         self.jobs = JobRunner(settings, clock=clock)
+        executor = ProcessSweepExecutor(
+            ChildConfig(settings, clock), self.jobs.owner, settings.sweep_timeout_s
+        )
+        self.sweeps = SweepScheduler(
+            self.jobs.store,
+            self.jobs.owner,
+            executor,
+            schedule=parse_schedule(settings.sweep_cron, settings.sweep_tz),
+            enabled=settings.sweep_enabled,
+            evals_dir_exists=settings.evals_dir.is_dir,
+            catchup_s=settings.sweep_catchup_s,
+            lease_s=settings.job_lease_s,
+            clock=clock,
+            interrupt=executor.interrupt,
+        )
         if settings.webhook_secret is None:
             logger.warning("no AFR_WORKER_WEBHOOK_SECRET: every replay hook will be refused")
 
-    async def hook(self, request: Request) -> Response:
+    async def signed_request(self, request: Request) -> tuple[str, bytes] | Response:
+        """The webhook id and raw body of a request signed with the worker's secret
+        (Standard Webhooks), or the response refusing it: 413 once the body passes the cap
+        (before anything is verified), 401 when unsigned, badly signed or stale. Every hook
+        of the worker goes through here."""
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > _MAX_HOOK_BYTES:
             return JSONResponse({"error": "hook body too large"}, status_code=413)
@@ -66,7 +101,8 @@ class ReplayWorker:
         secret = self.settings.webhook_secret
         if secret is None:
             return JSONResponse(
-                {"error": "replay hooks are not configured on this worker"}, status_code=401
+                {"error": "hooks are not configured on this worker (no webhook secret)"},
+                status_code=401,
             )
         try:
             webhook_id = verify(
@@ -77,6 +113,13 @@ class ReplayWorker:
             )
         except SignatureError as exc:
             return JSONResponse({"error": f"invalid signature: {exc}"}, status_code=401)
+        return webhook_id, body
+
+    async def hook(self, request: Request) -> Response:
+        signed = await self.signed_request(request)
+        if isinstance(signed, Response):
+            return signed
+        webhook_id, body = signed
         try:
             payload = json.loads(body)
             run_id = str(payload["run_id"]).lower().removeprefix("trace_")
@@ -101,6 +144,82 @@ class ReplayWorker:
             status_code=202,
         )
 
+    async def eval_hook(self, request: Request) -> Response:
+        signed = await self.signed_request(request)
+        if isinstance(signed, Response):
+            return signed
+        _, body = signed
+        try:
+            payload = json.loads(body)
+            run_id = str(payload["replay_run_id"]).lower().removeprefix("trace_")
+            if not _RUN_ID.match(run_id):
+                raise ValueError("replay_run_id must be 32 hex digits")
+        except (ValueError, KeyError, TypeError) as exc:
+            return JSONResponse({"error": f"bad eval request: {exc}"}, status_code=400)
+        # The SDK loads with the eval modules: off the event loop, once, on first use (the
+        # worker's own process otherwise never needs it); the imports below are then instant.
+        await asyncio.to_thread(importlib.import_module, "replay_worker.evals.synthesis")
+        from replay_worker.evals.contract import write_eval
+        from replay_worker.evals.synthesis import SynthesisError, fetch_runs, synthesize
+
+        settings = self.settings
+        key = settings.collector_key.get_secret_value() if settings.collector_key else None
+        client = CollectorClient(settings.collector_url, key)
+        try:
+            source, replay = await fetch_runs(client, run_id, wait_s=settings.run_wait_s)
+            document = synthesize(source, replay)
+        except SynthesisError as exc:
+            return JSONResponse({"error": exc.reason, "verdict": exc.verdict}, status_code=422)
+        except RunNotFound as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        except CollectorUnavailable as exc:
+            return JSONResponse({"error": str(exc)}, status_code=503)
+        path = await asyncio.to_thread(write_eval, document, settings.evals_dir)
+        return JSONResponse(
+            {
+                "eval_id": document.id,
+                "path": str(path),
+                "eval": document.model_dump(mode="json", by_alias=True),
+            },
+            status_code=201,
+        )
+
+    async def sweep_hook(self, request: Request) -> Response:
+        signed = await self.signed_request(request)
+        if isinstance(signed, Response):
+            return signed
+        webhook_id, body = signed
+        try:
+            payload = json.loads(body) if body.strip() else {}
+            if not isinstance(payload, dict):
+                raise ValueError("the body is a JSON object")
+            label = payload.get("slot", webhook_id)
+            if not isinstance(label, str) or not label.strip() or len(label) > 200:
+                raise ValueError("slot must be a non-empty string of at most 200 characters")
+        except ValueError as exc:
+            return JSONResponse({"error": f"bad sweep request: {exc}"}, status_code=400)
+        if not await asyncio.to_thread(self.settings.evals_dir.is_dir):
+            return JSONResponse(
+                {"error": f"no evals directory {self.settings.evals_dir} on this worker"},
+                status_code=409,
+            )
+        sweep, _ = await self.sweeps.submit(self.sweeps.schedule.resolve(label.strip()), "hook")
+        return JSONResponse(
+            {
+                "sweep_id": sweep.sweep_id,
+                "slot": sweep.slot,
+                "state": sweep.state,
+                "status_url": f"/sweeps/{sweep.sweep_id}",
+            },
+            status_code=202,
+        )
+
+    async def sweep(self, request: Request) -> Response:
+        sweep = await self.sweeps.get(str(request.path_params["sweep_id"]))
+        if sweep is None:
+            return JSONResponse({"error": "no such sweep"}, status_code=404)
+        return JSONResponse(sweep.to_json())
+
     async def job(self, request: Request) -> Response:
         job = await self.jobs.get(str(request.path_params["job_id"]))
         if job is None:
@@ -108,8 +227,9 @@ class ReplayWorker:
         return JSONResponse(job.to_json())
 
     async def health(self, request: Request) -> Response:
-        failure = self.jobs.failure
+        failure = self.jobs.failure or self.sweeps.failure
         body = {"ok": failure is None, **await self.jobs.stats()}
+        body["sweeps"] = await self.sweeps.stats()
         if failure is not None:
             body["error"] = failure
         return JSONResponse(body, status_code=200 if failure is None else 503)
@@ -118,6 +238,9 @@ class ReplayWorker:
         return Starlette(
             routes=[
                 Route("/hooks/replay", self.hook, methods=["POST"]),
+                Route("/hooks/evals", self.eval_hook, methods=["POST"]),
+                Route("/hooks/sweeps", self.sweep_hook, methods=["POST"]),
+                Route("/sweeps/{sweep_id}", self.sweep, methods=["GET"]),
                 Route("/jobs/{job_id}", self.job, methods=["GET"]),
                 Route("/healthz", self.health, methods=["GET"]),
             ]
@@ -138,11 +261,13 @@ class ReplayWorker:
             uvicorn.Config(self.app(), log_level="warning", lifespan="off", access_log=False)
         )
         await self.jobs.start()
+        await self.sweeps.start()
 
         async def serve_then_stop() -> None:
             try:
                 await server.serve(sockets=[sock])
             finally:
+                await self.sweeps.stop()  # before the jobs: it shares their state store
                 await self.jobs.stop()
 
         task = asyncio.create_task(serve_then_stop())

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = ["DEFAULT_PRICES_PER_MTOK", "WorkerSettings"]
@@ -23,7 +23,10 @@ DEFAULT_PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
 
 
 class WorkerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AFR_WORKER_", extra="ignore")
+    # populate_by_name: fields with an env alias (the AFR_SWEEP_* names) still take keywords.
+    model_config = SettingsConfigDict(
+        env_prefix="AFR_WORKER_", extra="ignore", populate_by_name=True
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=0, le=65535)
@@ -71,6 +74,47 @@ class WorkerSettings(BaseSettings):
     the lease has run out (its worker died)."""
     shutdown_grace_s: float = Field(default=10.0, ge=0)
     """On shutdown, running jobs get this long to finish; the rest are put back in the queue."""
+    evals_dir: Path = Path("evals")
+    """Where evals live as ``<eval id>.json`` files, meant for version control:
+    ``POST /hooks/evals`` and ``afr eval synthesize`` write them here."""
+
+    # Nightly sweeps over ``evals_dir`` (replay_worker/scheduler.py). Documented under their
+    # AFR_SWEEP_* names; AFR_WORKER_SWEEP_* works too.
+    sweep_enabled: bool = Field(
+        default=True, validation_alias=AliasChoices("AFR_SWEEP_ENABLED", "AFR_WORKER_SWEEP_ENABLED")
+    )
+    """Runs the schedule (``POST /hooks/sweeps`` works either way). A slot is scheduled only
+    while ``evals_dir`` exists."""
+    sweep_cron: str = Field(
+        default="0 3 * * *",
+        validation_alias=AliasChoices("AFR_SWEEP_CRON", "AFR_WORKER_SWEEP_CRON"),
+    )
+    """Five-field cron expression (Debian cron semantics, parsed by cronsim); an optional
+    ``CRON_TZ=<zone> `` prefix gives its time zone."""
+    sweep_tz: str | None = Field(
+        default=None, validation_alias=AliasChoices("AFR_SWEEP_TZ", "AFR_WORKER_SWEEP_TZ")
+    )
+    """IANA zone the cron expression is read in; unset: UTC (or the expression's CRON_TZ)."""
+    sweep_catchup_s: float = Field(
+        default=6 * 3600.0,
+        ge=0,
+        validation_alias=AliasChoices("AFR_SWEEP_CATCHUP_S", "AFR_WORKER_SWEEP_CATCHUP_S"),
+    )
+    """A slot missed while no worker ran still runs (once) if a worker comes back within
+    this long after it; only the latest missed slot is caught up."""
+    sweep_timeout_s: float = Field(
+        default=6 * 3600.0,
+        gt=0,
+        validation_alias=AliasChoices("AFR_SWEEP_TIMEOUT_S", "AFR_WORKER_SWEEP_TIMEOUT_S"),
+    )
+    """A sweep process still running after this is killed; the slot is retried (resuming)."""
+
+    @model_validator(mode="after")
+    def _sweep_schedule(self) -> WorkerSettings:
+        from replay_worker.scheduler import parse_schedule  # no cycle: it imports no settings
+
+        parse_schedule(self.sweep_cron, self.sweep_tz)  # fail at start-up, with the reason
+        return self
 
     @property
     def state_path(self) -> Path:

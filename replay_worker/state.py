@@ -14,6 +14,10 @@ A job is claimed with a lease its worker renews while the replay runs. A worker 
 leaves its jobs ``running`` with a lease that runs out; whoever claims next re-queues them
 (a worker on the same host does it at start, when it sees the owner's pid is gone). A job
 runs at most ``MAX_ATTEMPTS`` times; after that it fails with the reason.
+
+Sweep slots live here too: a sweep is claimed the same way (one owner, a renewed lease, a
+dead owner's sweep resumed by the next), records each eval's outcome as it finishes, and is
+marked finished once; a finished slot never runs again (ADR 16).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ __all__ = [
     "JobState",
     "Owner",
     "StateStore",
+    "Sweep",
+    "SweepResult",
+    "SweepState",
     "nusd",
     "usd",
     "utc_day",
@@ -49,6 +56,10 @@ Clock = Callable[[], float]
 JobState = Literal["queued", "running", "succeeded", "failed"]
 FINISHED: tuple[JobState, ...] = ("succeeded", "failed")
 MAX_ATTEMPTS = 2
+SweepState = Literal["queued", "running", "finished", "failed"]
+SWEEP_MAX_ATTEMPTS = 3
+"""A sweep whose process died this many times is failed (each attempt resumes the last)."""
+DEFAULT_MAX_SWEEPS_KEPT = 1_000
 DEFAULT_MAX_JOBS_KEPT = 10_000
 _SCHEMA_VERSION = 1
 
@@ -81,6 +92,32 @@ CREATE TABLE IF NOT EXISTS spend (
     spent_nusd    INTEGER NOT NULL DEFAULT 0,
     overrun_nusd  INTEGER NOT NULL DEFAULT 0,
     requests      INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS sweeps (
+    sweep_id      TEXT PRIMARY KEY,
+    slot          TEXT NOT NULL,
+    trigger       TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    owner         TEXT,
+    owner_host    TEXT,
+    owner_pid     INTEGER,
+    lease_until   REAL,
+    created_at    REAL NOT NULL,
+    started_at    REAL,
+    finished_at   REAL,
+    summary       TEXT,
+    error         TEXT
+);
+CREATE INDEX IF NOT EXISTS sweeps_by_state ON sweeps (state, created_at);
+CREATE TABLE IF NOT EXISTS sweep_results (
+    sweep_id      TEXT NOT NULL,
+    eval_id       TEXT NOT NULL,
+    status        TEXT NOT NULL,
+    eval_run_id   TEXT,
+    result        TEXT NOT NULL,
+    recorded_at   REAL NOT NULL,
+    PRIMARY KEY (sweep_id, eval_id)
 );
 """
 
@@ -156,6 +193,74 @@ class DaySpend:
     spent_usd: float
     overrun_usd: float
     requests: int
+
+
+@dataclass
+class Sweep:
+    """One sweep slot: who runs it (a lease, like a job's) and, once finished, its summary."""
+
+    sweep_id: str
+    slot: str
+    trigger: str
+    state: SweepState
+    created_at: float
+    attempts: int = 0
+    owner: str | None = None
+    lease_until: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    summary: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sweep_id": self.sweep_id,
+            "slot": self.slot,
+            "trigger": self.trigger,
+            "state": self.state,
+            "attempts": self.attempts,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "summary": self.summary,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """One eval's outcome in a sweep, recorded once (the first record wins)."""
+
+    eval_id: str
+    status: str
+    eval_run_id: str | None
+    result: dict[str, Any]
+    recorded_at: float
+
+
+_SELECT_SWEEP = (
+    "SELECT sweep_id, slot, trigger, state, created_at, attempts, owner, lease_until,"
+    " started_at, finished_at, summary, error FROM sweeps"
+)
+
+
+def _sweep(row: tuple[Any, ...]) -> Sweep:
+    (sweep_id, slot, trigger, state, created, attempts, owner, lease_until) = row[:8]
+    started, finished, summary, error = row[8:]
+    return Sweep(
+        sweep_id=sweep_id,
+        slot=slot,
+        trigger=trigger,
+        state=state,
+        created_at=created,
+        attempts=attempts,
+        owner=owner,
+        lease_until=lease_until,
+        started_at=started,
+        finished_at=finished,
+        summary=json.loads(summary) if summary is not None else None,
+        error=json.loads(error) if error is not None else None,
+    )
 
 
 _SELECT_JOB = (
@@ -462,3 +567,196 @@ class StateStore:
         )
         spent, overrun, requests = rows[0] if rows else (0, 0, 0)
         return DaySpend(day, usd(spent), usd(overrun), requests)
+
+    # -- sweeps -------------------------------------------------------------------------
+
+    def submit_sweep(
+        self, sweep_id: str, slot: str, trigger: str, now: float
+    ) -> tuple[Sweep, bool]:
+        """The sweep of this id: the one already known (``False``), whatever its state, or a
+        new, queued one (``True``). Finished sweeps beyond the cap are forgotten, oldest
+        first, with their results."""
+        with self._write() as db:
+            row = db.execute(_SELECT_SWEEP + " WHERE sweep_id = ?", (sweep_id,)).fetchone()
+            if row is not None:
+                return _sweep(row), False
+            (count,) = db.execute("SELECT count(*) FROM sweeps").fetchone()
+            excess = count - DEFAULT_MAX_SWEEPS_KEPT + 1
+            if excess > 0:
+                old = [
+                    r[0]
+                    for r in db.execute(
+                        "SELECT sweep_id FROM sweeps WHERE state IN ('finished', 'failed')"
+                        " ORDER BY finished_at LIMIT ?",
+                        (excess,),
+                    )
+                ]
+                db.executemany("DELETE FROM sweeps WHERE sweep_id = ?", [(i,) for i in old])
+                db.executemany("DELETE FROM sweep_results WHERE sweep_id = ?", [(i,) for i in old])
+            db.execute(
+                "INSERT INTO sweeps (sweep_id, slot, trigger, state, created_at)"
+                " VALUES (?, ?, ?, 'queued', ?)",
+                (sweep_id, slot, trigger, now),
+            )
+        return Sweep(sweep_id, slot, trigger, "queued", now), True
+
+    def claim_sweep(
+        self, owner: Owner, now: float, lease_s: float, sweep_id: str | None = None
+    ) -> Sweep | None:
+        """Takes a queued sweep (the oldest, or ``sweep_id``), or one whose owner's lease ran
+        out: one owner at a time, across every process on the file. A sweep claimed
+        ``SWEEP_MAX_ATTEMPTS`` times already is failed instead."""
+        with self._write() as db:
+            while True:
+                row = db.execute(
+                    "SELECT sweep_id, attempts FROM sweeps WHERE (state = 'queued'"
+                    " OR (state = 'running' AND lease_until < ?))"
+                    " AND (? IS NULL OR sweep_id = ?) ORDER BY created_at, sweep_id LIMIT 1",
+                    (now, sweep_id, sweep_id),
+                ).fetchone()
+                if row is None:
+                    return None
+                claimed, attempts = row
+                if attempts >= SWEEP_MAX_ATTEMPTS:
+                    error = {
+                        "reason": f"the sweep stopped unfinished {attempts} times; not retried"
+                    }
+                    db.execute(
+                        "UPDATE sweeps SET state = 'failed', error = ?, finished_at = ?,"
+                        " owner = NULL, lease_until = NULL WHERE sweep_id = ?",
+                        (json.dumps(error), now, claimed),
+                    )
+                    continue
+                db.execute(
+                    "UPDATE sweeps SET state = 'running', attempts = attempts + 1, owner = ?,"
+                    " owner_host = ?, owner_pid = ?, lease_until = ?,"
+                    " started_at = coalesce(started_at, ?) WHERE sweep_id = ?",
+                    (owner.worker_id, owner.host, owner.pid, now + lease_s, now, claimed),
+                )
+                full = db.execute(_SELECT_SWEEP + " WHERE sweep_id = ?", (claimed,)).fetchone()
+                return _sweep(full)
+
+    def renew_sweep(self, sweep_id: str, owner: Owner, lease_until: float) -> bool:
+        """False once this owner no longer holds the sweep (another worker took it over)."""
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE sweeps SET lease_until = ? WHERE sweep_id = ? AND owner = ?"
+                " AND state = 'running'",
+                (lease_until, sweep_id, owner.worker_id),
+            )
+            return cursor.rowcount == 1
+
+    def record_sweep_result(
+        self,
+        sweep_id: str,
+        owner: Owner,
+        eval_id: str,
+        status: str,
+        eval_run_id: str | None,
+        result: dict[str, Any],
+        now: float,
+    ) -> bool:
+        """Records one eval's outcome while this owner holds the sweep (False otherwise). An
+        eval already recorded keeps its first record: its run was written under the same
+        derived ids either way."""
+        with self._write() as db:
+            held = db.execute(
+                "SELECT 1 FROM sweeps WHERE sweep_id = ? AND owner = ? AND state = 'running'",
+                (sweep_id, owner.worker_id),
+            ).fetchone()
+            if held is None:
+                return False
+            db.execute(
+                "INSERT INTO sweep_results (sweep_id, eval_id, status, eval_run_id, result,"
+                " recorded_at) VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (sweep_id, eval_id) DO NOTHING",
+                (sweep_id, eval_id, status, eval_run_id, json.dumps(result), now),
+            )
+            return True
+
+    def sweep_results(self, sweep_id: str) -> list[SweepResult]:
+        rows = self._read(
+            "SELECT eval_id, status, eval_run_id, result, recorded_at FROM sweep_results"
+            " WHERE sweep_id = ? ORDER BY recorded_at, eval_id",
+            (sweep_id,),
+        )
+        return [SweepResult(e, s, r, json.loads(j), t) for e, s, r, j, t in rows]
+
+    def finish_sweep(
+        self, sweep_id: str, owner: Owner, summary: dict[str, Any], now: float
+    ) -> bool:
+        """Marks the sweep finished with its summary; False if this owner no longer holds
+        it. A finished sweep is never claimed again."""
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE sweeps SET state = 'finished', summary = ?, error = NULL,"
+                " finished_at = ?, owner = NULL, lease_until = NULL"
+                " WHERE sweep_id = ? AND owner = ? AND state = 'running'",
+                (json.dumps(summary), now, sweep_id, owner.worker_id),
+            )
+            return cursor.rowcount == 1
+
+    def release_sweep(
+        self,
+        sweep_id: str,
+        owner: Owner,
+        *,
+        count_attempt: bool,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        """Puts a sweep this owner holds back in the queue, to be resumed by whoever claims
+        it next: after its process died (``count_attempt``) or at shutdown (not counted)."""
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE sweeps SET state = 'queued', owner = NULL, lease_until = NULL,"
+                " attempts = max(0, attempts - ?), error = coalesce(?, error)"
+                " WHERE sweep_id = ? AND owner = ? AND state = 'running'",
+                (
+                    0 if count_attempt else 1,
+                    json.dumps(error) if error is not None else None,
+                    sweep_id,
+                    owner.worker_id,
+                ),
+            )
+            return cursor.rowcount == 1
+
+    def recover_sweeps(
+        self, owner: Owner, now: float, alive: Callable[[int], bool] = pid_alive
+    ) -> list[str]:
+        """At start: sweeps left running by a dead worker process of this host go back to
+        the queue at once (the attempt counts); others' wait for their lease."""
+        recovered: list[str] = []
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT sweep_id, owner_pid FROM sweeps WHERE state = 'running'"
+                " AND owner_host = ? AND owner != ?",
+                (owner.host, owner.worker_id),
+            ).fetchall()
+            for sweep_id, pid in rows:
+                if pid is not None and alive(pid):
+                    continue
+                db.execute(
+                    "UPDATE sweeps SET state = 'queued', owner = NULL, lease_until = NULL"
+                    " WHERE sweep_id = ?",
+                    (sweep_id,),
+                )
+                recovered.append(sweep_id)
+        return recovered
+
+    def get_sweep(self, sweep_id: str) -> Sweep | None:
+        rows = self._read(_SELECT_SWEEP + " WHERE sweep_id = ?", (sweep_id,))
+        return _sweep(rows[0]) if rows else None
+
+    def last_sweep(self) -> Sweep | None:
+        """The sweep that ended last (finished or failed)."""
+        rows = self._read(
+            _SELECT_SWEEP + " WHERE state IN ('finished', 'failed')"
+            " ORDER BY finished_at DESC LIMIT 1"
+        )
+        return _sweep(rows[0]) if rows else None
+
+    def sweep_counts(self) -> dict[str, int]:
+        counts = {"queued": 0, "running": 0, "finished": 0, "failed": 0}
+        for state, count in self._read("SELECT state, count(*) FROM sweeps GROUP BY state"):
+            counts[state] = count
+        return counts

@@ -32,8 +32,8 @@ SELECT
     groupUniqArrayIf(AgentName, AgentName != '') AS agents,
     sumIf(InputTokens, SpanType = 'llm') AS input_tokens,
     sumIf(OutputTokens, SpanType = 'llm') AS output_tokens,
-    multiIf(countIf(RunKind = 'replay') > 0, 'replay', countIf(RunKind = 'eval') > 0, 'eval', 'capture')
-        AS kind,
+    multiIf(countIf(RunKind = 'replay') > 0, 'replay', countIf(RunKind = 'eval') > 0, 'eval',
+        countIf(RunKind = 'sweep') > 0, 'sweep', 'capture') AS kind,
     anyIf(SourceRunId, SourceRunId != '') AS source_run_id
 FROM {{db}}.{SPANS_TABLE} FINAL
 WHERE ProjectId = {{project:String}}

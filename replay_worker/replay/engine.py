@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from agents import (
 )
 from agents.tracing import custom_span
 
+from exporter.semconv import METADATA_DETERMINISTIC_IDS
 from replay_worker.ledger import BudgetExceeded
 from replay_worker.replay.fixture import Fixture
 from replay_worker.replay.output import CapturedOutputSchema
@@ -154,10 +155,13 @@ async def run_replay(
     trace_id: str | None = None,
     metadata: dict[str, Any] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    on_result: Callable[[ReplayResult], Mapping[str, Any] | None] | None = None,
 ) -> ReplayResult:
     """``max_turns``: used when the source's own bound was not captured. An eval runs the
     same engine with ``run_kind="eval"``, its own (derived) ``trace_id`` and ``metadata``
-    (``afr.linked_runs`` links more runs than the source)."""
+    (``afr.linked_runs`` links more runs than the source). ``on_result`` is called with the
+    result while the run's trace is still open: what it returns is added to the trace
+    metadata, and spans it opens belong to the run (an eval checks its assertions there)."""
     registry = StubRegistry(
         fixture.tool_calls, policy, {**fixture.stub_outputs, **(stub_outputs or {})}
     )
@@ -174,6 +178,8 @@ async def run_replay(
         # How it was replayed, so an eval synthesized from it replays the same way.
         "afr.replay": {"policy": policy, "stub_outputs": stubs, "model": model_override},
     }
+    if trace_id is not None:  # a caller-chosen run id: running it again rewrites the same spans
+        metadata[METADATA_DETERMINISTIC_IDS] = True
     started = clock()
     final_json: Any = None
     error: str | None = None
@@ -185,15 +191,15 @@ async def run_replay(
         metadata=metadata,
     ) as current:
         try:
-            result = await Runner.run(
+            run_result = await Runner.run(
                 agents[fixture.entry_agent],
                 fixture.input,
                 max_turns=fixture.max_turns or max_turns,
                 run_config=RunConfig(trace_include_sensitive_data=True),
                 hooks=observer,
             )
-            final_output = str(result.final_output)
-            final_json = _as_json(result.final_output)
+            final_output = str(run_result.final_output)
+            final_json = _as_json(run_result.final_output)
         except BudgetExceeded:
             raise  # the job fails: nothing was sent that the budget did not allow
         except Exception as exc:  # the run failed: max turns, a guardrail, a model error...
@@ -227,27 +233,30 @@ async def run_replay(
             },
         ):
             pass
+        result = ReplayResult(
+            replay_run_id=replay_trace_id.removeprefix("trace_"),
+            verdict=decided.value,
+            reason=decided.reason,
+            approximate=decided.approximate,
+            replay_failed=bool(failures),
+            final_output=final_output,
+            error=error,
+            first_divergence=divergence,
+            unavailable=[vars(i) for i in registry.unavailable],
+            stubbed=[vars(i) for i in registry.stubbed],
+            invocations=[vars(i) for i in registry.invocations],
+            handoffs=observer.handoffs,
+            turns=observer.turns,
+            guardrails=guardrails_ran,
+            final_output_json=final_json,
+            duration_s=clock() - started,
+        )
+        extra = on_result(result) if on_result is not None else None
         trace_metadata = getattr(current, "metadata", None)
         if isinstance(trace_metadata, dict):  # the root span carries it, via the trace metadata
             trace_metadata["afr.verdict"] = decided.value
-    return ReplayResult(
-        replay_run_id=replay_trace_id.removeprefix("trace_"),
-        verdict=decided.value,
-        reason=decided.reason,
-        approximate=decided.approximate,
-        replay_failed=bool(failures),
-        final_output=final_output,
-        error=error,
-        first_divergence=divergence,
-        unavailable=[vars(i) for i in registry.unavailable],
-        stubbed=[vars(i) for i in registry.stubbed],
-        invocations=[vars(i) for i in registry.invocations],
-        handoffs=observer.handoffs,
-        turns=observer.turns,
-        guardrails=guardrails_ran,
-        final_output_json=final_json,
-        duration_s=clock() - started,
-    )
+            trace_metadata.update(extra or {})
+    return result
 
 
 def _as_json(value: Any) -> Any:

@@ -1,0 +1,389 @@
+"""``afr eval run``: load, shard, run, report.
+
+Progress goes to stderr, one line per eval as it finishes; the assertion table (and the
+summary) to stdout, or the outcomes as JSON with ``--json``. Exit status: 0 when every eval
+passed (or was inconclusive, with ``--allow-inconclusive``), 1 when any failed, errored or
+was inconclusive, 2 when the command could not start (a bad eval file, a bad ``--shard``,
+an ``--agent`` that does not import).
+
+Models and budgets are the worker's (``AFR_WORKER_MODEL_*``, ``AFR_WORKER_*_BUDGET_USD``,
+the day's spend in ``AFR_WORKER_DATA_DIR``). Eval runs are written to the collector
+(``AFR_WORKER_COLLECTOR_OTLP_ENDPOINT``, ``AFR_WORKER_COLLECTOR_KEY``) when one is
+configured; without one (CI) the evals still run, and the output says they were not
+recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from replay_worker.evals.contract import EvalDocument, EvalFileError, load_evals
+from replay_worker.evals.runner import (
+    AgentLoadError,
+    EvalOutcome,
+    EvalSession,
+    current_agents,
+    load_agent,
+    shard,
+)
+from replay_worker.replay.fixture import AgentSpec
+from replay_worker.settings import WorkerSettings
+
+__all__ = ["RunOptions", "parse_shard", "render_table", "run_command"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_CELL = 60
+_FLUSH_TIMEOUT_S = 15.0
+
+
+@dataclass
+class RunOptions:
+    paths: list[Path] = field(default_factory=lambda: [Path("evals")])
+    agent: str | None = None
+    model: str | None = None
+    shard: tuple[int, int] | None = None
+    junit: Path | None = None
+    allow_inconclusive: bool = False
+    sweep_id: str | None = None
+    json_output: bool = False
+    workers: int = 1
+    export: bool = True
+    list_only: bool = False
+    """Print the evals this shard would run (id and path) and exit."""
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` (1-based) -> (I, N)."""
+    index, slash, count = text.partition("/")
+    if not slash or not index.isdigit() or not count.isdigit():
+        raise ValueError(f"--shard {text!r}: expected I/N, e.g. 2/4")
+    if not 1 <= int(index) <= int(count):
+        raise ValueError(f"--shard {text!r}: need 1 <= I <= N")
+    return int(index), int(count)
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
+
+
+def _rows(outcome: EvalOutcome) -> Iterable[tuple[str, str, str, str, str]]:
+    label = f"{outcome.eval_id} {outcome.name}"
+    for a in outcome.assertions:
+        yield ("ok" if a.passed else "FAIL", label, a.kind, a.expected, a.actual)
+    if outcome.status == "inconclusive":
+        yield ("INCONCLUSIVE", label, "verdict", "a conclusive replay", str(outcome.verdict))
+    if outcome.status == "errored":
+        yield ("ERROR", label, "run", "the eval runs", outcome.error or "")
+
+
+def render_table(outcomes: list[EvalOutcome]) -> str:
+    header = ("result", "eval", "assertion", "expected", "actual")
+    rows = [tuple(_cell(c) for c in row) for o in outcomes for row in _rows(o)]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _summary(outcomes: list[EvalOutcome], wall_s: float) -> str:
+    counts = {
+        s: sum(1 for o in outcomes if o.status == s)
+        for s in ("passed", "failed", "inconclusive", "errored")
+    }
+    cost = sum(o.cost_usd for o in outcomes)
+    parts = ", ".join(f"{n} {s}" for s, n in counts.items())
+    evals = "1 eval" if len(outcomes) == 1 else f"{len(outcomes)} evals"
+    return f"{evals}: {parts} in {wall_s:.1f}s (model cost ${cost:.4f})"
+
+
+def _progress(done: int, total: int, outcome: EvalOutcome, out: TextIO) -> None:
+    detail = f" ({outcome.error})" if outcome.error else ""
+    print(
+        f"[{done}/{total}] {outcome.eval_id} {outcome.status} {outcome.duration_s:.1f}s{detail}",
+        file=out,
+        flush=True,
+    )
+
+
+# --- running --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Work:
+    path: Path
+    document: EvalDocument
+
+
+@dataclass(frozen=True)
+class _Plan:
+    settings: WorkerSettings
+    export: bool
+    model: str | None
+    sweep_id: str | None
+    entry_agent: str | None
+    agents: dict[str, AgentSpec] | None
+
+
+def _exporting(settings: WorkerSettings, wanted: bool) -> bool:
+    return wanted and (
+        settings.collector_key is not None or "collector_otlp_endpoint" in settings.model_fields_set
+    )
+
+
+def _install_exporter(settings: WorkerSettings) -> Any:
+    import exporter
+
+    key = settings.collector_key.get_secret_value() if settings.collector_key else None
+    headers = {"authorization": f"Bearer {key}"} if key else None
+    return exporter.install(endpoint=settings.collector_otlp_endpoint, headers=headers)
+
+
+def _no_tracing_upload() -> None:
+    """No collector: the SDK's default processor would upload the eval runs to OpenAI."""
+    from agents.tracing import set_trace_processors
+
+    set_trace_processors([])
+
+
+async def _run_here(
+    plan: _Plan, work: list[_Work], on_done: Callable[[EvalOutcome], None]
+) -> list[EvalOutcome]:
+    session = EvalSession(plan.settings)
+    outcomes: list[EvalOutcome] = []
+    try:
+        for item in work:
+            outcome = await session.run(
+                item.document,
+                path=item.path,
+                model_override=plan.model,
+                agents_override=plan.agents,
+                entry_agent=plan.entry_agent,
+                sweep_id=plan.sweep_id,
+            )
+            outcomes.append(outcome)
+            on_done(outcome)
+    finally:
+        session.close()
+    return outcomes
+
+
+# One eval process's state (``--workers``): its session, exporter and event loop, kept for
+# every eval the process runs (the model clients keep their connection pools on one loop).
+_process: dict[str, Any] = {}
+
+
+def _process_init(plan: _Plan) -> None:
+    _process["plan"] = plan
+    _process["processor"] = _install_exporter(plan.settings) if plan.export else None
+    if not plan.export:
+        _no_tracing_upload()
+    _process["session"] = EvalSession(plan.settings)
+    _process["loop"] = asyncio.new_event_loop()
+
+
+def _process_run(path: Path, document: EvalDocument) -> dict[str, Any]:
+    plan: _Plan = _process["plan"]
+    session: EvalSession = _process["session"]
+    loop: asyncio.AbstractEventLoop = _process["loop"]
+    outcome = loop.run_until_complete(
+        session.run(
+            document,
+            path=path,
+            model_override=plan.model,
+            agents_override=plan.agents,
+            entry_agent=plan.entry_agent,
+            sweep_id=plan.sweep_id,
+        )
+    )
+    processor = _process["processor"]
+    export: dict[str, Any] = {}
+    if processor is not None:  # the process may end without a chance to flush later
+        flushed = processor.force_flush(_FLUSH_TIMEOUT_S)
+        export = {"pid": os.getpid(), "flushed": flushed, "dropped": processor.stats.dropped}
+    return {"outcome": outcome.to_json(), "export": export}
+
+
+@dataclass
+class _Exported:
+    """What the eval processes' exporters said (``--workers``)."""
+
+    unflushed: int = 0
+    dropped_by_process: dict[int, int] = field(default_factory=dict)
+
+    def add(self, export: dict[str, Any]) -> None:
+        if export:
+            self.unflushed += 0 if export["flushed"] else 1
+            self.dropped_by_process[export["pid"]] = export["dropped"]  # a running count
+
+
+def _run_in_processes(
+    plan: _Plan,
+    work: list[_Work],
+    workers: int,
+    on_done: Callable[[EvalOutcome], None],
+    exported: _Exported,
+) -> list[EvalOutcome]:
+    from replay_worker.pool import default_context
+
+    finished: dict[int, EvalOutcome] = {}
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=default_context(),
+        initializer=_process_init,
+        initargs=(plan,),
+    ) as pool:
+        futures: dict[Future[dict[str, Any]], int] = {
+            pool.submit(_process_run, item.path, item.document): n for n, item in enumerate(work)
+        }
+        for future in as_completed(futures):
+            n = futures[future]
+            try:
+                answer = future.result()
+                outcome = EvalOutcome.from_json(answer["outcome"])
+                exported.add(answer["export"])
+            except Exception as exc:  # the eval's process died
+                document = work[n].document
+                outcome = EvalOutcome(
+                    document.id,
+                    document.name,
+                    str(work[n].path),
+                    "errored",
+                    None,
+                    error=f"the eval process failed: {type(exc).__name__}: {exc}",
+                )
+            finished[n] = outcome
+            on_done(outcome)
+    return [finished[n] for n in range(len(work))]
+
+
+def run_command(
+    options: RunOptions, *, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    missing = [p for p in options.paths if not p.exists()]
+    if missing:
+        print(f"afr eval run: no such file or directory: {', '.join(map(str, missing))}", file=err)
+        return EXIT_USAGE
+    try:
+        loaded = load_evals(options.paths)
+    except EvalFileError as exc:
+        print(f"afr eval run: {exc}", file=err)
+        return EXIT_USAGE
+    if not loaded:
+        print(
+            f"afr eval run: no eval files (*.json) under {', '.join(map(str, options.paths))}",
+            file=err,
+        )
+        return EXIT_USAGE
+    selected = (
+        shard(loaded, *options.shard)
+        if options.shard
+        else sorted(loaded, key=lambda e: (e[1].id, str(e[0])))
+    )
+    if options.list_only:
+        for path, document in selected:
+            print(f"{document.id}\t{path}", file=out)
+        return EXIT_OK
+    entry: str | None = None
+    agents: dict[str, AgentSpec] | None = None
+    if options.agent:
+        try:
+            entry, agents = current_agents(load_agent(options.agent))
+        except AgentLoadError as exc:
+            print(f"afr eval run: --agent {exc}", file=err)
+            return EXIT_USAGE
+    settings = WorkerSettings()
+    export = _exporting(settings, options.export)
+    plan = _Plan(settings, export, options.model, options.sweep_id, entry, agents)
+    where = f" (shard {options.shard[0]}/{options.shard[1]})" if options.shard else ""
+    against = f" against {options.agent}" if options.agent else " against the captured agents"
+    print(
+        f"running {len(selected)} of {len(loaded)} evals{where}{against}"
+        + (f", {options.workers} processes" if options.workers > 1 else ""),
+        file=err,
+        flush=True,
+    )
+    work = [_Work(path, document) for path, document in selected]
+    done = 0
+
+    def on_done(outcome: EvalOutcome) -> None:
+        nonlocal done
+        done += 1
+        _progress(done, len(work), outcome, err)
+
+    started = time.monotonic()
+    processor = None
+    exported = _Exported()
+    if options.workers > 1 and len(work) > 1:
+        workers = min(options.workers, len(work))
+        outcomes = _run_in_processes(plan, work, workers, on_done, exported)
+    else:
+        processor = _install_exporter(settings) if export else None
+        if not export:
+            _no_tracing_upload()
+        outcomes = asyncio.run(_run_here(plan, work, on_done))
+    wall_s = time.monotonic() - started
+
+    if options.json_output:
+        print(json.dumps([o.to_json() for o in outcomes], indent=2), file=out)
+    else:
+        if outcomes:
+            print(render_table(outcomes), file=out)
+        print(_summary(outcomes, wall_s), file=out)
+    if options.junit is not None:
+        from replay_worker.evals.junit import write_junit
+
+        write_junit(
+            options.junit,
+            outcomes,
+            allow_inconclusive=options.allow_inconclusive,
+            duration_s=wall_s,
+        )
+        print(f"JUnit report: {options.junit}", file=err)
+    _report_export(settings, export, processor, exported, err)
+
+    bad = {"failed", "errored"} | (set() if options.allow_inconclusive else {"inconclusive"})
+    return EXIT_FAILED if any(o.status in bad for o in outcomes) else EXIT_OK
+
+
+def _report_export(
+    settings: WorkerSettings, export: bool, processor: Any, exported: _Exported, err: TextIO
+) -> None:
+    if not export:
+        print(
+            "eval runs not recorded: no collector configured "
+            "(set AFR_WORKER_COLLECTOR_KEY and AFR_WORKER_COLLECTOR_OTLP_ENDPOINT)",
+            file=err,
+        )
+        return
+    if processor is not None:
+        exported.unflushed = 0 if processor.force_flush(_FLUSH_TIMEOUT_S) else 1
+        processor.shutdown(timeout=1)
+        exported.dropped_by_process = {0: processor.stats.dropped}
+    dropped = sum(exported.dropped_by_process.values())
+    where = settings.collector_otlp_endpoint
+    if not exported.unflushed and not dropped:
+        print(f"eval runs recorded in the collector at {where}", file=err)
+    else:
+        print(
+            f"warning: eval runs may be incomplete in the collector at {where}: "
+            f"{dropped} spans dropped" + (", a flush timed out" if exported.unflushed else ""),
+            file=err,
+        )

@@ -1,0 +1,394 @@
+"""The sacred path's last step: the eval synthesized from the fixed replay of the seeded run,
+run with ``afr eval run`` — the real replay engine, the real ``Runner`` and OpenAI model
+classes against the scripted model, the worker's ledger, and each eval run written back to
+a real collector as a run of kind ``eval``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Model, gen_trace_id
+from junitparser import Failure, JUnitXml, Skipped
+
+import exporter
+from afr.cli import main
+from afr.incident import build_model, failing_script, fixed_script, run_incident
+from afr.scripted_model import ScriptedModelServer, ScriptedTurn
+from replay_worker.evals.contract import EvalDocument, ReplaySpec, write_eval
+from replay_worker.evals.synthesis import synthesize
+from replay_worker.replay.engine import run_replay
+from replay_worker.replay.fixture import build_fixture
+from tests.integration.conftest import Running, start_collector
+
+pytestmark = pytest.mark.slow
+
+STUB = json.dumps({"status": "refunded", "order_id": "A-1001", "amount": 12.0})
+AGENTS = "tests.e2e.eval_agents"
+
+
+@dataclass
+class World:
+    running: Running
+    source_run_id: str
+    replay_run_id: str
+    document: EvalDocument
+    evals: Path
+    """A directory holding just the synthesized eval."""
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """The seeded failing run and its FAILURE_FIXED replay in a real collector, and the eval
+    synthesized from them."""
+    root = tmp_path_factory.mktemp("evals")
+    thread, running = start_collector(root / "data")
+    try:
+        processor = exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
+        source_trace = gen_trace_id()
+        with ScriptedModelServer(failing_script()) as model:
+            asyncio.run(
+                run_incident(build_model("responses", model.base_url), trace_id=source_trace)
+            )
+        assert processor.force_flush(10)
+        source = running.run(source_trace.removeprefix("trace_"))
+        with ScriptedModelServer(fixed_script()) as model:
+
+            def model_for(name: str) -> Model:
+                return build_model("responses", model.base_url)
+
+            replayed = asyncio.run(
+                run_replay(build_fixture(source), model_for, stub_outputs={"refund_order": STUB})
+            )
+        assert replayed.verdict == "FAILURE_FIXED"
+        assert processor.force_flush(10)
+        processor.shutdown(timeout=1)
+        document = synthesize(source, running.run(replayed.replay_run_id))
+        write_eval(document, root / "one")
+        yield World(
+            running,
+            source["run"]["run_id"],
+            replayed.replay_run_id,
+            document,
+            root / "one",
+        )
+    finally:
+        thread.stop()
+
+
+def variant(document: EvalDocument, name: str, **replay: Any) -> EvalDocument:
+    """Another eval from the same capture (another id)."""
+    return EvalDocument.create(
+        name=name,
+        provenance=document.provenance,
+        fixture=document.fixture,
+        replay=ReplaySpec.model_validate({**document.replay.model_dump(), **replay}),
+        assertions=list(document.assertions),
+    )
+
+
+def configure(
+    monkeypatch: pytest.MonkeyPatch,
+    world: World,
+    model_url: str,
+    tmp_path: Path,
+    *,
+    collector: bool = True,
+    **extra: str,
+) -> None:
+    monkeypatch.setenv("AFR_WORKER_MODEL_BASE_URL", model_url)
+    monkeypatch.setenv("AFR_WORKER_MODEL_API_KEY", "scripted")
+    monkeypatch.setenv("AFR_WORKER_DATA_DIR", str(tmp_path / "worker"))
+    if collector:
+        monkeypatch.setenv("AFR_WORKER_COLLECTOR_OTLP_ENDPOINT", world.running.grpc_endpoint)
+        monkeypatch.setenv("AFR_WORKER_COLLECTOR_KEY", world.running.key)
+    for name, value in extra.items():
+        monkeypatch.setenv(f"AFR_WORKER_{name.upper()}", value)
+
+
+def eval_run(*args: str | Path) -> int:
+    return main(["eval", "run", *map(str, args)])
+
+
+def script_with_answer(text: str) -> list[ScriptedTurn]:
+    """The fixing model, wording its final answer its own way."""
+    *calls, _ = fixed_script()
+    return [*calls, ScriptedTurn(text=text, expect_instructions_containing="refund agent")]
+
+
+def stored_eval_run(world: World, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    run = world.running.run(run_id)
+    (root,) = [s for s in run["spans"] if s["parent_span_id"] == ""]
+    return run, root
+
+
+def test_the_synthesized_eval_passes_against_the_fixing_model_and_is_recorded(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    junit = tmp_path / "junit.xml"
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path)
+        code = eval_run(world.evals, "--junit", junit)
+        requests = model.requests
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert f"[1/1] {world.document.id} passed" in err
+    assert "eval runs recorded in the collector" in err
+    rows = [line for line in out.splitlines() if line.startswith(("ok", "FAIL"))]
+    assert len(rows) == len(world.document.assertions)
+    assert all(row.startswith("ok") for row in rows)
+    assert any("tool_argument" in row and "/amount" in row and "12.0" in row for row in rows)
+    assert "1 eval: 1 passed, 0 failed, 0 inconclusive, 0 errored" in out
+    assert requests and all(r.body.get("store") is False for r in requests), "the worker's path"
+    assert all(r.body.get("max_output_tokens") for r in requests), "bounded by the ledger"
+
+    (suite,) = list(JUnitXml.fromfile(str(junit)))
+    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (1, 0, 0, 0)
+    (case,) = list(suite)
+    run_id = (case.system_out or "").split()[2].rstrip(";")
+
+    # Written back: a run of kind eval, linked to its source and to the fixing replay.
+    run, root = stored_eval_run(world, run_id)
+    assert run["run"]["kind"] == "eval"
+    assert run["run"]["source_run_id"] == world.source_run_id
+    assert run["run"]["status"] == "ok"
+    links = {link["trace_id"]: link["attributes"] for link in root["links"]}
+    assert set(links) == {world.source_run_id, world.replay_run_id}
+    assert links[world.replay_run_id]["afr.link.role"] == "replay"
+    metadata = json.loads(root["attributes"]["afr.trace.metadata"])
+    assert metadata["afr.eval.id"] == world.document.id
+    assert metadata["afr.eval.name"] == world.document.name
+    assert metadata["afr.eval.status"] == "passed"
+    assert metadata["afr.verdict"] == "FAILURE_FIXED"
+    assert len(metadata["afr.eval.assertions"]) == len(world.document.assertions)
+    assert all(a["passed"] for a in metadata["afr.eval.assertions"])
+    assert "afr.sweep.id" not in metadata
+    # "Every eval run of this incident": eval runs, by their source.
+    evals = world.running.api("/api/v1/runs", kind="eval").json()["runs"]
+    assert run_id in [r["run_id"] for r in evals if r["source_run_id"] == world.source_run_id]
+
+
+def test_the_eval_fails_against_the_original_behaviour(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with ScriptedModelServer(failing_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path)
+        code = eval_run(world.evals, "--json", "--sweep-id", "sweep_test_original")
+    out, err = capsys.readouterr()
+    assert code == 1, out + err
+    (outcome,) = json.loads(out)
+    assert (outcome["status"], outcome["verdict"]) == ("failed", "STILL_FAILING")
+    failed = {a["kind"]: a for a in outcome["assertions"] if not a["passed"]}
+    assert failed["tool_argument"]["actual"] == '"12.OO"'
+    assert "refund_order (captured_error)" in failed["no_span_errored"]["actual"]
+    assert outcome["cost_usd"] > 0
+
+    # "Every failing eval last night": failed eval runs are errored runs of kind eval.
+    run, root = stored_eval_run(world, outcome["eval_run_id"])
+    assert run["run"]["status"] == "error"
+    metadata = json.loads(root["attributes"]["afr.trace.metadata"])
+    assert (metadata["afr.eval.status"], metadata["afr.sweep.id"]) == (
+        "failed",
+        "sweep_test_original",
+    )
+    assert any(s["name"] == "eval.result" and s["status"]["code"] == "Error" for s in run["spans"])
+    failing = world.running.api("/api/v1/runs", kind="eval", status="error").json()["runs"]
+    assert outcome["eval_run_id"] in [r["run_id"] for r in failing]
+
+
+def test_a_fixing_model_that_words_its_answer_differently_still_passes(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    answer = "Refund of 12.00 issued on A-1001; you'll see it in 3-5 days."
+    with ScriptedModelServer(script_with_answer(answer), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path, collector=False)
+        code = eval_run(world.evals, "--json")
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    (outcome,) = json.loads(out)
+    assert outcome["status"] == "passed"
+    assert "eval runs not recorded: no collector configured" in err
+
+
+def script_without_amount() -> list[ScriptedTurn]:
+    """A model under strict function calling: it cannot send a parameter the schema lacks."""
+    handoff, refund, answer = fixed_script()
+    (call,) = refund.tool_calls
+    call = replace(call, arguments=json.dumps({"order_id": "A-1001"}))
+    return [handoff, replace(refund, tool_calls=(call,)), answer]
+
+
+@pytest.mark.parametrize(
+    ("agent", "script", "failed"),
+    [
+        ("current", fixed_script, {}),
+        # The model still sends amount; the SDK drops it (not a parameter any more): the
+        # tool would refund in full, and the eval says so.
+        (
+            "amount_dropped",
+            fixed_script,
+            {"tool_argument": "'amount' sent, but refund_order has no such parameter"},
+        ),
+        (
+            "amount_dropped",
+            script_without_amount,
+            {"tool_argument": "unresolved: no member 'amount'"},
+        ),
+    ],
+)
+def test_agent_option_runs_the_eval_against_the_agent_code_as_it_is_now(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    agent: str,
+    script: Callable[[], list[ScriptedTurn]],
+    failed: dict[str, str],
+) -> None:
+    with ScriptedModelServer(script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path, collector=False)
+        code = eval_run(world.evals, "--agent", f"{AGENTS}:{agent}", "--json")
+        schemas = [
+            set(tool["parameters"]["properties"])
+            for r in model.requests
+            for tool in r.body.get("tools", [])
+            if tool.get("name") == "refund_order"
+        ]
+    out, err = capsys.readouterr()
+    assert code == (1 if failed else 0), out + err
+    (outcome,) = json.loads(out)
+    assert outcome["status"] == ("failed" if failed else "passed")
+    assert outcome["verdict"] == "FAILURE_FIXED", "no tool failed: only the assertion catches it"
+    assert {a["kind"]: a["actual"] for a in outcome["assertions"] if not a["passed"]} == failed
+    # The model was offered the tool as the code defines it now.
+    expected = {"order_id"} if agent == "amount_dropped" else {"order_id", "amount"}
+    assert schemas and all(schema == expected for schema in schemas)
+
+
+def test_inconclusive_fails_unless_allowed_and_junit_agrees(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Without the labelled stub, the corrected call has no known outcome: INCONCLUSIVE."""
+    evals = tmp_path / "evals"
+    write_eval(world.document, evals)
+    unstubbed = variant(world.document, "refund-desk: no stub", stub_outputs={})
+    write_eval(unstubbed, evals)
+    junit = tmp_path / "junit.xml"
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path, collector=False)
+        strict = eval_run(evals, "--junit", junit)
+        (suite,) = list(JUnitXml.fromfile(str(junit)))
+        allowed = eval_run(evals, "--junit", junit, "--allow-inconclusive")
+        (allowed_suite,) = list(JUnitXml.fromfile(str(junit)))
+    out, err = capsys.readouterr()
+    assert (strict, allowed) == (1, 0), out + err
+    assert f"{unstubbed.id} inconclusive" in err
+    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (2, 1, 0, 0)
+    assert (allowed_suite.tests, allowed_suite.failures, allowed_suite.skipped) == (2, 0, 1)
+    cases = {case.name.split()[0]: case for case in allowed_suite}
+    assert cases[world.document.id].is_passed
+    assert isinstance(cases[unstubbed.id].result[0], Skipped)
+    assert isinstance({c.name.split()[0]: c for c in suite}[unstubbed.id].result[0], Failure), (
+        "inconclusive fails the report when it fails the run"
+    )
+
+
+def test_shards_cover_every_eval_exactly_once_and_a_shard_runs(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    evals = tmp_path / "evals"
+    documents = [variant(world.document, f"refund-desk #{n}") for n in range(9)]
+    for document in documents:
+        write_eval(document, evals / ("a" if int(document.id[-1], 16) % 2 else "b"))
+    ids = sorted(d.id for d in documents)
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path, collector=False)
+        capsys.readouterr()
+        for count in range(1, 8):
+            seen: list[str] = []
+            for index in range(1, count + 1):
+                assert eval_run(evals, "--shard", f"{index}/{count}", "--list") == 0
+                seen += [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
+            assert sorted(seen) == ids, f"N={count}"
+        # A shard runs what it lists, and only that.
+        assert eval_run(evals, "--shard", "2/4", "--list") == 0
+        listed = [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
+        assert eval_run(evals, "--shard", "2/4", "--json") == 0
+        ran = [o["eval_id"] for o in json.loads(capsys.readouterr().out)]
+    assert sorted(ran) == sorted(listed)
+    assert len(ran) in (2, 3)
+    assert eval_run(evals, "--shard", "5/4") == 2
+
+
+def test_several_processes_run_the_evals_and_record_them(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    evals = tmp_path / "evals"
+    documents = [variant(world.document, f"refund-desk #{n}") for n in range(3)]
+    for document in documents:
+        write_eval(document, evals)
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path)
+        code = eval_run(evals, "--workers", "2", "--json", "--sweep-id", "sweep_test_workers")
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert "eval runs recorded in the collector" in err
+    outcomes = json.loads(out)
+    assert sorted(o["eval_id"] for o in outcomes) == sorted(d.id for d in documents)
+    assert {o["status"] for o in outcomes} == {"passed"}
+    for item in outcomes:
+        run, root = stored_eval_run(world, item["eval_run_id"])
+        assert run["run"]["kind"] == "eval"
+        assert json.loads(root["attributes"]["afr.trace.metadata"])["afr.sweep.id"] == (
+            "sweep_test_workers"
+        )
+
+
+def test_bad_input_and_spent_budgets(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    tampered = tmp_path / "tampered"
+    tampered.mkdir()
+    text = world.document.to_json_text().replace("refund-desk", "refund-desk (edited)", 1)
+    (tampered / "eval.json").write_text(text)
+    assert eval_run(tampered) == 2
+    assert "/id: does not match the content" in capsys.readouterr().err
+    assert eval_run(tmp_path / "nowhere") == 2
+    assert eval_run(world.evals, "--agent", f"{AGENTS}:not_an_agent") == 2
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path, collector=False)
+        monkeypatch.setenv("AFR_WORKER_JOB_BUDGET_USD", "0.000001")
+        capsys.readouterr()
+        code = eval_run(world.evals, "--json")
+        requests = model.requests
+    (outcome,) = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert outcome["status"] == "errored"
+    assert "budget exhausted" in outcome["error"]
+    assert requests == [], "nothing was sent that the budget did not allow"
