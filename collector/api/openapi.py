@@ -70,6 +70,10 @@ OPENAPI: dict[str, Any] = {
                         ("workflow", {"type": "string"}),
                         ("agent", {"type": "string"}),
                         ("kind", {"type": "string", "enum": list(RUN_KINDS)}),
+                        (
+                            "source_run_id",
+                            {"type": "string", "description": "its replays and eval runs"},
+                        ),
                         ("limit", {"type": "integer", "minimum": 1}),
                         ("cursor", {"type": "string"}),
                     ]

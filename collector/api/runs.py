@@ -194,6 +194,9 @@ class RunsApi:
             if kind is not None and kind not in RUN_KINDS:
                 raise ValueError(f"kind must be one of {', '.join(RUN_KINDS)}")
             cursor = decode_cursor(query["cursor"]) if query.get("cursor") else None
+            source = query.get("source_run_id", "").lower().removeprefix("trace_") or None
+            if source is not None and not re.fullmatch(r"[0-9a-f]{32}", source):
+                raise ValueError("source_run_id must be 32 hex digits")
         except ValueError as exc:
             return _error(400, str(exc))
         flt = RunFilter(
@@ -203,6 +206,7 @@ class RunsApi:
             workflow=query.get("workflow"),
             agent=query.get("agent"),
             kind=kind,
+            source_run_id=source,
             limit=limit,
             cursor=cursor,
         )

@@ -83,6 +83,8 @@ class RunFilter:
     workflow: str | None = None
     agent: str | None = None
     kind: str | None = None
+    source_run_id: str | None = None
+    """Runs linked to this source run: its replays and the eval runs of the incident."""
     limit: int = 50
     cursor: tuple[int, str] | None = None
 
@@ -140,6 +142,9 @@ class RunReader:
         if flt.kind:
             having.append("kind = {kind:String}")
             params["kind"] = flt.kind
+        if flt.source_run_id:
+            having.append("source_run_id = {source_run_id:String}")
+            params["source_run_id"] = flt.source_run_id
         if flt.cursor:
             having.append("(start_ns, run_id) < ({cursor_ns:Int64}, {cursor_run:String})")
             params["cursor_ns"], params["cursor_run"] = flt.cursor

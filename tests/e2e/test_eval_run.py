@@ -171,9 +171,15 @@ def test_the_synthesized_eval_passes_against_the_fixing_model_and_is_recorded(
     assert len(metadata["afr.eval.assertions"]) == len(world.document.assertions)
     assert all(a["passed"] for a in metadata["afr.eval.assertions"])
     assert "afr.sweep.id" not in metadata
-    # "Every eval run of this incident": eval runs, by their source.
-    evals = world.running.api("/api/v1/runs", kind="eval").json()["runs"]
-    assert run_id in [r["run_id"] for r in evals if r["source_run_id"] == world.source_run_id]
+    # "Every eval run of this incident": the read API filters by source run.
+    evals = world.running.api(
+        "/api/v1/runs", kind="eval", source_run_id=world.source_run_id
+    ).json()["runs"]
+    assert run_id in [r["run_id"] for r in evals]
+    assert {r["source_run_id"] for r in evals} == {world.source_run_id}
+    linked = world.running.api("/api/v1/runs", source_run_id=world.source_run_id).json()["runs"]
+    assert world.replay_run_id in [r["run_id"] for r in linked], "its replays too"
+    assert world.running.api("/api/v1/runs", source_run_id="x").status_code == 400
 
 
 def test_the_eval_fails_against_the_original_behaviour(
