@@ -101,6 +101,11 @@ RUN_KINDS: Final = (RUN_KIND_CAPTURE, RUN_KIND_REPLAY, RUN_KIND_EVAL, RUN_KIND_S
 # Trace-metadata keys a caller (the replay worker) sets to mark what a run is.
 METADATA_RUN_KIND: Final = "afr.run_kind"
 METADATA_SOURCE_RUN_ID: Final = "afr.source_run_id"
+METADATA_VERDICT: Final = "afr.verdict"
+"""A replay's verdict, set on its trace metadata before the trace ends."""
+METADATA_REPLAY: Final = "afr.replay"
+"""How a replay was made: ``{policy, stub_outputs, model}`` (an eval synthesized from it
+replays the same way)."""
 METADATA_LINKED_RUNS: Final = "afr.linked_runs"
 """``{role: run id}`` of more runs the root links to (an eval run: its replay; a sweep: its
 eval runs); each becomes an OTel link with ``afr.link.role``."""

@@ -64,8 +64,8 @@ TURN_SLACK = 2
 """Model calls an eval allows beyond what the fixing replay needed."""
 FIXED = "FAILURE_FIXED"
 # Trace-metadata keys the replay engine sets on the replay's root (engine.run_replay).
-_VERDICT_KEY = "afr.verdict"
-_REPLAY_KEY = "afr.replay"
+_VERDICT_KEY = sc.METADATA_VERDICT
+_REPLAY_KEY = sc.METADATA_REPLAY
 _VERDICT_SPAN = "replay.verdict"
 _NS = 1_000_000_000
 

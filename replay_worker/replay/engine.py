@@ -30,6 +30,7 @@ from agents import (
 )
 from agents.tracing import custom_span
 
+from exporter import semconv as sc
 from exporter.semconv import METADATA_DETERMINISTIC_IDS
 from replay_worker.ledger import BudgetExceeded
 from replay_worker.replay.fixture import Fixture
@@ -173,10 +174,10 @@ async def run_replay(
     metadata = {
         **fixture.trace_metadata,
         **(metadata or {}),
-        "afr.run_kind": run_kind,
-        "afr.source_run_id": fixture.source_run_id,
+        sc.METADATA_RUN_KIND: run_kind,
+        sc.METADATA_SOURCE_RUN_ID: fixture.source_run_id,
         # How it was replayed, so an eval synthesized from it replays the same way.
-        "afr.replay": {"policy": policy, "stub_outputs": stubs, "model": model_override},
+        sc.METADATA_REPLAY: {"policy": policy, "stub_outputs": stubs, "model": model_override},
     }
     if trace_id is not None:  # a caller-chosen run id: running it again rewrites the same spans
         metadata[METADATA_DETERMINISTIC_IDS] = True
@@ -254,7 +255,7 @@ async def run_replay(
         extra = on_result(result) if on_result is not None else None
         trace_metadata = getattr(current, "metadata", None)
         if isinstance(trace_metadata, dict):  # the root span carries it, via the trace metadata
-            trace_metadata["afr.verdict"] = decided.value
+            trace_metadata[sc.METADATA_VERDICT] = decided.value
             trace_metadata.update(extra or {})
     return result
 
