@@ -107,13 +107,13 @@ def process_request(
 _worker_processors: list[tuple[str, Processor]] = []
 
 
-def _init_worker(factory: ProcessorFactory) -> None:
-    global _worker_processors
-    _worker_processors = factory()
+def _init_worker(factory: ProcessorFactory, parent: int) -> None:
     # A collector killed with SIGKILL cannot shut its pool down: each worker follows its
     # parent out (and the multiprocessing resource tracker, whose pipe they hold, with them).
-    parent = os.getppid()
+    # ``parent`` comes from the collector itself: it may be gone before this runs.
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+    global _worker_processors
+    _worker_processors = factory()
 
 
 def _exit_with_parent(parent: int, interval_s: float = 0.5) -> None:
@@ -154,7 +154,7 @@ class Pipeline:
                 max_workers=workers,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,
-                initargs=(processor_factory,),
+                initargs=(processor_factory, os.getpid()),
             )
 
     def warm_up(self) -> None:
