@@ -5,7 +5,6 @@ a real collector as a run of kind ``eval``."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -13,17 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Model, gen_trace_id
 from junitparser import Failure, JUnitXml, Skipped
 
-import exporter
 from afr.cli import main
-from afr.incident import build_model, failing_script, fixed_script, run_incident
+from afr.incident import failing_script, fixed_script
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
 from replay_worker.evals.contract import EvalDocument, ReplaySpec, write_eval
 from replay_worker.evals.synthesis import synthesize
-from replay_worker.replay.engine import run_replay
-from replay_worker.replay.fixture import build_fixture
+from tests.e2e.captured import capture_fixed_incident
 from tests.integration.conftest import Running, start_collector
 
 pytestmark = pytest.mark.slow
@@ -49,25 +45,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("evals")
     thread, running = start_collector(root / "data")
     try:
-        processor = exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
-        source_trace = gen_trace_id()
-        with ScriptedModelServer(failing_script()) as model:
-            asyncio.run(
-                run_incident(build_model("responses", model.base_url), trace_id=source_trace)
-            )
-        assert processor.force_flush(10)
-        source = running.run(source_trace.removeprefix("trace_"))
-        with ScriptedModelServer(fixed_script()) as model:
-
-            def model_for(name: str) -> Model:
-                return build_model("responses", model.base_url)
-
-            replayed = asyncio.run(
-                run_replay(build_fixture(source), model_for, stub_outputs={"refund_order": STUB})
-            )
-        assert replayed.verdict == "FAILURE_FIXED"
-        assert processor.force_flush(10)
-        processor.shutdown(timeout=1)
+        source, replayed = capture_fixed_incident(running)
         document = synthesize(source, running.run(replayed.replay_run_id))
         write_eval(document, root / "one")
         yield World(

@@ -8,7 +8,6 @@ it after a restart, and the store still holds each eval run once."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -23,24 +22,21 @@ from typing import Any
 
 import httpx
 import pytest
-from agents import Model, gen_trace_id
 
-import exporter
 from afr.cli import main
-from afr.incident import build_model, failing_script, fixed_script, run_incident
+from afr.incident import fixed_script
 from afr.scripted_model import ScriptedModelServer
 from replay_worker.app import WorkerThread
 from replay_worker.evals.contract import EvalDocument, write_eval
 from replay_worker.evals.runner import eval_trace_id
 from replay_worker.evals.synthesis import synthesize
 from replay_worker.hooks.signature import generate_secret
-from replay_worker.replay.engine import run_replay
-from replay_worker.replay.fixture import build_fixture
 from replay_worker.scheduler import manual_slot
 from replay_worker.settings import WorkerSettings
 from replay_worker.state import StateStore
 from replay_worker.sweeps import sweep_trace_id
 from replay_worker.trigger import signed_headers
+from tests.e2e.captured import capture_fixed_incident
 from tests.e2e.test_worker_scale import _alive, _descendants
 from tests.fakes import free_port, stop_process, wait_for_line
 from tests.integration.conftest import Running, start_collector
@@ -66,25 +62,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("sweep")
     thread, running = start_collector(root / "data")
     try:
-        processor = exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
-        source_trace = gen_trace_id()
-        with ScriptedModelServer(failing_script()) as model:
-            asyncio.run(
-                run_incident(build_model("responses", model.base_url), trace_id=source_trace)
-            )
-        assert processor.force_flush(10)
-        source = running.run(source_trace.removeprefix("trace_"))
-        with ScriptedModelServer(fixed_script()) as model:
-
-            def model_for(name: str) -> Model:
-                return build_model("responses", model.base_url)
-
-            replayed = asyncio.run(
-                run_replay(build_fixture(source), model_for, stub_outputs={"refund_order": STUB})
-            )
-        assert replayed.verdict == "FAILURE_FIXED"
-        assert processor.force_flush(10)
-        processor.shutdown(timeout=1)
+        source, replayed = capture_fixed_incident(running)
         synthesized = synthesize(source, running.run(replayed.replay_run_id))
         documents = [
             EvalDocument.create(
