@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from exporter.prices import DEFAULT_PRICES_PER_MTOK, UNLISTED_MODEL
+
 __all__ = ["CollectorSettings"]
 
 MiB = 1024 * 1024
@@ -58,6 +60,20 @@ class CollectorSettings(BaseSettings):
     api_max_spans: int = Field(default=10_000, ge=1)
     api_default_lookback_s: float = Field(default=7 * 86_400, gt=0)
     api_query_timeout_s: float = Field(default=10.0, gt=0)
+
+    model_prices: dict[str, tuple[float, float]] = Field(
+        default_factory=lambda: dict(DEFAULT_PRICES_PER_MTOK)
+    )
+    """USD per million (input, output) tokens by model name, for the cost of runs; written to
+    the store's ``model_prices`` table at start (the dashboards price tokens with it). A model
+    not listed costs nothing in the figures: they never guess."""
+
+    @field_validator("model_prices")
+    @classmethod
+    def _check_prices(cls, value: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        if any(price < 0 for pair in value.values() for price in pair):
+            raise ValueError("AFR_MODEL_PRICES: prices are USD per million tokens, >= 0")
+        return {model: pair for model, pair in value.items() if model != UNLISTED_MODEL}
 
     @field_validator("clickhouse_url")
     @classmethod

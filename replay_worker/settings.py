@@ -9,17 +9,9 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["DEFAULT_PRICES_PER_MTOK", "WorkerSettings"]
+from exporter.prices import DEFAULT_PRICES_PER_MTOK
 
-# USD per million tokens (input, output). "*" prices any model not listed, conservatively.
-DEFAULT_PRICES_PER_MTOK: dict[str, tuple[float, float]] = {
-    "gpt-4.1": (2.00, 8.00),
-    "gpt-4.1-mini": (0.40, 1.60),
-    "gpt-4.1-nano": (0.10, 0.40),
-    "gpt-4o": (2.50, 10.00),
-    "gpt-4o-mini": (0.15, 0.60),
-    "*": (10.00, 40.00),
-}
+__all__ = ["DEFAULT_PRICES_PER_MTOK", "WorkerSettings"]
 
 
 class WorkerSettings(BaseSettings):

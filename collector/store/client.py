@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from collector.model import COLUMN_NAMES, ROW_FORMAT
-from collector.store.schema import SPANS_TABLE, migrations
+from collector.store.schema import MODEL_PRICES_TABLE, SPANS_TABLE, migrations
 
 __all__ = ["ClickHouseStore", "SpanStore"]
 
@@ -68,6 +68,19 @@ class ClickHouseStore:
                 )
                 applied.append(migration.version)
         return applied
+
+    def set_model_prices(self, prices: dict[str, tuple[float, float]]) -> None:
+        """Makes ``model_prices`` hold exactly ``prices`` (USD per million tokens)."""
+        table = f"{self.database}.{MODEL_PRICES_TABLE}"
+        now = datetime.now(UTC)
+        with self._lock:
+            self._client.command(f"TRUNCATE TABLE {table}")
+            if prices:
+                self._client.insert(
+                    table,
+                    [[model, pin, pout, now] for model, (pin, pout) in sorted(prices.items())],
+                    column_names=["Model", "InputUsdPerMTok", "OutputUsdPerMTok", "UpdatedAt"],
+                )
 
     def insert_rows(self, payload: bytes) -> None:
         """Inserts ``model.encode_rows`` output; parsed by ClickHouse, not by Python."""

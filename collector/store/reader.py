@@ -6,59 +6,60 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from collector.model import COLUMNS
 from collector.store.client import SpanStore
-from collector.store.schema import SPANS_TABLE, TRACE_ID_TS_TABLE
+from collector.store.schema import RUNS_TABLE, SPANS_TABLE, TRACE_ID_TS_TABLE
 
 __all__ = ["RunFilter", "RunReader", "decode_cursor", "encode_cursor"]
 
-_SUMMARY = f"""
+_KIND_CODES = {"capture": 0, "sweep": 1, "eval": 2, "replay": 3}
+_KINDS_BY_CODE = {code: kind for kind, code in _KIND_CODES.items()}
+
+_MERGED = f"""
 SELECT
     TraceId AS run_id,
-    toUnixTimestamp64Nano(min(Timestamp)) AS start_ns,
-    toUnixTimestamp64Nano(max(Timestamp + toIntervalNanosecond(Duration))) AS end_ns,
-    countIf(StatusCode = 'Error') AS error_count,
-    count() AS span_count,
-    argMinIf(SpanId, Timestamp, StatusCode = 'Error') AS failing_span_id,
-    argMinIf(SpanName, Timestamp, StatusCode = 'Error') AS failing_span_name,
-    argMinIf(ErrorType, Timestamp, StatusCode = 'Error') AS failing_error_type,
-    argMinIf(
-        if(SpanAttributes['gen_ai.workflow.name'] != '', SpanAttributes['gen_ai.workflow.name'], SpanName),
-        Timestamp, ParentSpanId = '') AS workflow,
-    argMinIf(AgentName, Timestamp, SpanType = 'agent' AND AgentName != '') AS root_agent,
-    groupUniqArrayIf(AgentName, AgentName != '') AS agents,
-    sumIf(InputTokens, SpanType = 'llm') AS input_tokens,
-    sumIf(OutputTokens, SpanType = 'llm') AS output_tokens,
-    multiIf(countIf(RunKind = 'replay') > 0, 'replay', countIf(RunKind = 'eval') > 0, 'eval',
-        countIf(RunKind = 'sweep') > 0, 'sweep', 'capture') AS kind,
-    anyIf(SourceRunId, SourceRunId != '') AS source_run_id
-FROM {{db}}.{SPANS_TABLE} FINAL
-WHERE ProjectId = {{project:String}}
-  AND Timestamp >= fromUnixTimestamp64Nano({{since_ns:Int64}})
-  AND Timestamp < fromUnixTimestamp64Nano({{until_ns:Int64}})
-  {{run_clause}}
+    toUnixTimestamp64Nano(min(Start)) AS start_ns,
+    toUnixTimestamp64Nano(max(End)) AS end_ns,
+    length(groupUniqArrayArray(ErrorSpans)) AS error_count,
+    uniqExactMerge(Spans) AS span_count,
+    min(FirstError) AS first_error,
+    min(Workflow).2 AS workflow,
+    min(RootAgent).2 AS root_agent,
+    groupUniqArrayArray(Agents) AS agents,
+    maxMap(Usage) AS usage,
+    max(KindCode) AS kind_code,
+    max(SourceRunId) AS source_run_id,
+    max(Verdict) AS verdict,
+    max(EvalName) AS eval_name,
+    max(SweepId) AS sweep_id
+FROM {{db}}.{RUNS_TABLE}
+WHERE ProjectId = {{project:String}} AND TraceId IN {{run_ids:Array(String)}}
 GROUP BY TraceId
 """
-_SUMMARY_FIELDS = (
+"""A run's summary from the store-kept ``runs`` table: every partial row of the run (one per
+insert block that held its spans) merged with the functions the materialized view used."""
+_MERGED_FIELDS = (
     "run_id",
     "start_ns",
     "end_ns",
     "error_count",
     "span_count",
-    "failing_span_id",
-    "failing_span_name",
-    "failing_error_type",
+    "first_error",
     "workflow",
     "root_agent",
     "agents",
-    "input_tokens",
-    "output_tokens",
-    "kind",
+    "usage",
+    "kind_code",
     "source_run_id",
+    "verdict",
+    "eval_name",
+    "sweep_id",
 )
+_NO_VALUE = ("", None)
 
 _NANO_COLUMNS = {
     "Timestamp": "toUnixTimestamp64Nano(Timestamp)",
@@ -103,61 +104,214 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     return start_ns, run_id
 
 
-def _summary(row: tuple[Any, ...]) -> dict[str, Any]:
-    summary = dict(zip(_SUMMARY_FIELDS, row, strict=True))
-    summary["status"] = "error" if summary["error_count"] else "ok"
-    summary["duration_ns"] = max(0, summary["end_ns"] - summary["start_ns"])
-    summary["agents"] = sorted(summary["agents"])
-    if not summary["error_count"]:
-        summary["failing_span_id"] = summary["failing_span_name"] = summary[
-            "failing_error_type"
-        ] = None
-    return summary
+def _summary(row: tuple[Any, ...], prices: Mapping[str, tuple[float, float]]) -> dict[str, Any]:
+    merged = dict(zip(_MERGED_FIELDS, row, strict=True))
+    keys, inputs, outputs = merged.pop("usage")
+    error_count = int(merged["error_count"])
+    _, failing_id, failing_name, failing_type = merged.pop("first_error")
+    cost = 0.0
+    for (_, model), tokens_in, tokens_out in zip(keys, inputs, outputs, strict=True):
+        price_in, price_out = prices.get(model, (0.0, 0.0))
+        cost += (tokens_in * price_in + tokens_out * price_out) / 1e6
+    start_ns, end_ns = int(merged["start_ns"]), int(merged["end_ns"])
+    return {
+        "run_id": merged["run_id"],
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "duration_ns": max(0, end_ns - start_ns),
+        "status": "error" if error_count else "ok",
+        "error_count": error_count,
+        "span_count": int(merged["span_count"]),
+        "failing_span_id": failing_id if error_count else None,
+        "failing_span_name": failing_name if error_count else None,
+        "failing_error_type": failing_type if error_count else None,
+        "workflow": merged["workflow"],
+        "root_agent": merged["root_agent"],
+        "agents": sorted(merged["agents"]),
+        "input_tokens": int(sum(inputs)),
+        "output_tokens": int(sum(outputs)),
+        "cost_usd": round(cost, 9),
+        "kind": _KINDS_BY_CODE.get(int(merged["kind_code"]), "capture"),
+        "source_run_id": merged["source_run_id"] or None,
+        "verdict": merged["verdict"] or None,
+        "eval_name": merged["eval_name"] or None,
+        "sweep_id": merged["sweep_id"] or None,
+    }
 
 
 class RunReader:
-    def __init__(self, store: SpanStore, *, query_timeout_s: float, max_spans: int) -> None:
+    """Run summaries come from the store-kept ``runs`` table, never from a scan of the spans.
+
+    The ``runs`` table holds partial rows (one per insert block that held a run's spans, until
+    the engine merges them) ordered by run id, and a run list is newest first. A page is found
+    in two steps, then only its runs are merged whole:
+
+    - Without a filter that only some row of a run meets (only ``status=ok``/``kind=capture``,
+      which every row of a matching run meets, or none): the newest K rows, read without a
+      GROUP BY. A run missing from them has every row, its first included, at or before the
+      K-th row's start: every run merged from them that starts strictly after that cutoff is
+      in its exact place. When that leaves the page short, K grows.
+    - With one (``status=error``, a workflow, an agent, a kind, a source run): the runs that
+      have a row meeting it, grouped by run with simple merges (start, error flag, kind,
+      workflow, agents, source) and filtered exactly, newest first.
+    """
+
+    _FIRST_ROWS = 256
+    _MAX_ROUNDS = 4
+
+    def __init__(
+        self,
+        store: SpanStore,
+        *,
+        query_timeout_s: float,
+        max_spans: int,
+        prices: Mapping[str, tuple[float, float]] | None = None,
+    ) -> None:
         self._store = store
         self._settings = f"SETTINGS max_execution_time = {int(max(1, query_timeout_s))}"
         self._max_spans = max_spans
+        self._prices = dict(prices or {})
+
+    def _merged(
+        self,
+        project: str,
+        run_ids: list[str],
+        having: str = "",
+        params: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        sql = _MERGED + (f" HAVING {having}" if having else "") + f" {self._settings}"
+        rows = self._store.query(sql, {**(params or {}), "project": project, "run_ids": run_ids})
+        return [_summary(row, self._prices) for row in rows]
 
     def list_runs(self, project: str, flt: RunFilter) -> tuple[list[dict[str, Any]], str | None]:
-        having: list[str] = []
         params: dict[str, Any] = {
             "project": project,
             "since_ns": flt.since_ns,
             "until_ns": flt.until_ns,
             "limit": flt.limit + 1,
         }
+        every_row: list[str] = []  # met by every row of a matching run
+        some_row: list[str] = []  # met by at least one row of a matching run
+        having = ["start_ns >= {since_ns:Int64}", "start_ns < {until_ns:Int64}"]
         if flt.status == "error":
+            some_row.append("notEmpty(ErrorSpans)")
             having.append("error_count > 0")
         elif flt.status == "ok":
+            every_row.append("empty(ErrorSpans)")
             having.append("error_count = 0")
-        if flt.workflow:
-            having.append("workflow = {workflow:String}")
-            params["workflow"] = flt.workflow
-        if flt.agent:
-            having.append("has(agents, {agent:String})")
-            params["agent"] = flt.agent
         if flt.kind:
-            having.append("kind = {kind:String}")
-            params["kind"] = flt.kind
+            params["kind_code"] = _KIND_CODES[flt.kind]
+            (every_row if flt.kind == "capture" else some_row).append(
+                "KindCode = {kind_code:UInt8}"
+            )
+            having.append("kind_code = {kind_code:UInt8}")
+        if flt.workflow:
+            params["workflow"] = flt.workflow
+            some_row.append("Workflow.2 = {workflow:String}")
+            having.append("workflow = {workflow:String}")
+        if flt.agent:
+            params["agent"] = flt.agent
+            some_row.append("has(Agents, {agent:String})")
+            having.append("has(agents, {agent:String})")
         if flt.source_run_id:
-            having.append("source_run_id = {source_run_id:String}")
             params["source_run_id"] = flt.source_run_id
+            some_row.append("SourceRunId = {source_run_id:String}")
+            having.append("source_run_id = {source_run_id:String}")
         if flt.cursor:
-            having.append("(start_ns, run_id) < ({cursor_ns:Int64}, {cursor_run:String})")
             params["cursor_ns"], params["cursor_run"] = flt.cursor
-        sql = _SUMMARY.replace("{run_clause}", "")
-        if having:
-            sql += " HAVING " + " AND ".join(having)
-        sql += " ORDER BY start_ns DESC, run_id DESC LIMIT {limit:UInt32} " + self._settings
-        rows = [_summary(r) for r in self._store.query(sql, params)]
+            having.append("(start_ns, run_id) < ({cursor_ns:Int64}, {cursor_run:String})")
+        if some_row:
+            runs = self._filtered_page(params, every_row, some_row, having)
+        else:
+            runs = self._newest_page(project, flt, params, every_row, having)
         next_cursor = None
-        if len(rows) > flt.limit:
-            rows = rows[: flt.limit]
-            next_cursor = encode_cursor(rows[-1]["start_ns"], rows[-1]["run_id"])
-        return rows, next_cursor
+        if len(runs) > flt.limit:
+            runs = runs[: flt.limit]
+            next_cursor = encode_cursor(runs[-1]["start_ns"], runs[-1]["run_id"])
+        return runs, next_cursor
+
+    def _newest_page(
+        self,
+        project: str,
+        flt: RunFilter,
+        params: dict[str, Any],
+        every_row: list[str],
+        having: list[str],
+    ) -> list[dict[str, Any]]:
+        rows_where = [
+            "ProjectId = {project:String}",
+            "Start >= fromUnixTimestamp64Nano({since_ns:Int64})",
+            "Start < fromUnixTimestamp64Nano({until_ns:Int64})",
+            *every_row,
+        ]
+        if flt.cursor:
+            rows_where.append("Start <= fromUnixTimestamp64Nano({cursor_ns:Int64})")
+        wanted = flt.limit + 1
+        first_rows = max(self._FIRST_ROWS, 4 * wanted)
+        runs: list[dict[str, Any]] = []
+        for attempt in range(self._MAX_ROUNDS + 1):
+            unbounded = attempt == self._MAX_ROUNDS
+            candidates = self._store.query(
+                f"SELECT TraceId, toUnixTimestamp64Nano(Start) FROM {{db}}.{RUNS_TABLE} "
+                f"WHERE {' AND '.join(rows_where)} ORDER BY Start DESC "
+                f"{'' if unbounded else f'LIMIT {first_rows}'} {self._settings}",
+                params,
+            )
+            exhausted = unbounded or len(candidates) < first_rows
+            step_having = list(having)
+            params.pop("cutoff_ns", None)
+            if not exhausted:
+                params["cutoff_ns"] = int(candidates[-1][1])
+                step_having.append("start_ns > {cutoff_ns:Int64}")
+            run_ids = sorted({str(row[0]) for row in candidates})
+            runs = (
+                self._merged(project, run_ids, " AND ".join(step_having), params) if run_ids else []
+            )
+            runs.sort(key=lambda run: (run["start_ns"], run["run_id"]), reverse=True)
+            if exhausted or len(runs) >= wanted:
+                break
+            first_rows *= 8
+        return runs[:wanted]
+
+    def _filtered_page(
+        self,
+        params: dict[str, Any],
+        every_row: list[str],
+        some_row: list[str],
+        having: list[str],
+    ) -> list[dict[str, Any]]:
+        # A run with a row meeting any one existential condition is a candidate; the simple
+        # merges below decide every condition exactly, so only the page's runs merge whole.
+        matching = " AND ".join(
+            [
+                "ProjectId = {project:String}",
+                "Start >= fromUnixTimestamp64Nano({since_ns:Int64})",
+                *every_row,
+                some_row[-1] if "source_run_id" in params else some_row[0],
+            ]
+        )
+        page = self._store.query(
+            f"""
+SELECT TraceId AS run_id,
+    toUnixTimestamp64Nano(min(Start)) AS start_ns,
+    length(groupUniqArrayArray(ErrorSpans)) AS error_count,
+    max(KindCode) AS kind_code,
+    min(Workflow).2 AS workflow,
+    groupUniqArrayArray(Agents) AS agents,
+    max(SourceRunId) AS source_run_id
+FROM {{db}}.{RUNS_TABLE}
+WHERE ProjectId = {{project:String}}
+  AND TraceId IN (SELECT TraceId FROM {{db}}.{RUNS_TABLE} WHERE {matching})
+GROUP BY TraceId
+HAVING {" AND ".join(having)}
+ORDER BY start_ns DESC, run_id DESC
+LIMIT {{limit:UInt32}} {self._settings}""",
+            params,
+        )
+        run_ids = [str(row[0]) for row in page]
+        runs = self._merged(str(params["project"]), run_ids) if run_ids else []
+        runs.sort(key=lambda run: (run["start_ns"], run["run_id"]), reverse=True)
+        return runs
 
     def _bounds(self, project: str, run_id: str) -> tuple[int, int] | None:
         rows = self._store.query(
@@ -179,10 +333,7 @@ class RunReader:
             return None
         since, until = bounds[0], bounds[1] + 1
         params = {"project": project, "run": run_id, "since_ns": since, "until_ns": until}
-        summary_sql = (
-            _SUMMARY.replace("{run_clause}", "AND TraceId = {run:String}") + self._settings
-        )
-        summaries = self._store.query(summary_sql, params)
+        summaries = self._merged(project, [run_id])
         if not summaries:
             return None
         spans_sql = (
@@ -196,4 +347,4 @@ class RunReader:
         spans = [
             dict(zip(fields, row, strict=True)) for row in self._store.query(spans_sql, params)
         ]
-        return _summary(summaries[0]), spans
+        return summaries[0], spans

@@ -7,10 +7,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MIGRATIONS", "SPANS_TABLE", "TRACE_ID_TS_TABLE", "Migration"]
+__all__ = [
+    "MIGRATIONS",
+    "MODEL_PRICES_TABLE",
+    "RUNS_TABLE",
+    "RUN_SUMMARY_VIEW",
+    "SPANS_TABLE",
+    "TRACE_ID_TS_TABLE",
+    "Migration",
+]
 
 SPANS_TABLE = "otel_traces"
 TRACE_ID_TS_TABLE = "otel_traces_trace_id_ts"
+RUNS_TABLE = "runs"
+"""One row per run and insert block, merged by the engine: read it through ``RUN_SUMMARY_VIEW``
+or with the same merge functions (``GROUP BY ProjectId, TraceId``)."""
+RUN_SUMMARY_VIEW = "run_summary"
+MODEL_PRICES_TABLE = "model_prices"
 
 _MAP = "Map(LowCardinality(String), String)"
 
@@ -83,6 +96,132 @@ SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1
 """
 
 
+_NEVER = "toDateTime64('2262-04-01 00:00:00', 9, 'UTC')"
+"""Sorts after any real time: the value of a ``min((time, ...))`` state that saw no match."""
+_METADATA = (
+    "if(mapContains(SpanAttributes, 'afr.trace.metadata'), SpanAttributes['afr.trace.metadata'], "
+    "BodyAttributes['afr.trace.metadata'])"
+)
+
+
+def _runs_ddl(ttl_days: int | None) -> tuple[str, ...]:
+    """The per-run summary, kept by the store itself.
+
+    Every column's aggregate is idempotent (min, max, a set, a uniq state, a per-span max),
+    so a span delivered twice, in one block or in two, changes nothing: the summary counts
+    each span once exactly like ``FINAL`` on the spans table, without reading the spans.
+    Tokens are kept per LLM span (``maxMap`` keyed by span id and model) for the same
+    reason, and priced at read time from ``model_prices``.
+    """
+    ttl = f"TTL toDateTime(Start) + toIntervalDay({int(ttl_days)})" if ttl_days else ""
+    table = f"""
+CREATE TABLE IF NOT EXISTS {{db}}.{RUNS_TABLE} (
+    ProjectId LowCardinality(String),
+    TraceId String CODEC(ZSTD(1)),
+    Start SimpleAggregateFunction(min, DateTime64(9)) CODEC(ZSTD(1)),
+    End SimpleAggregateFunction(max, DateTime64(9)) CODEC(ZSTD(1)),
+    Spans AggregateFunction(uniqExact, String),
+    ErrorSpans SimpleAggregateFunction(groupUniqArrayArray, Array(String)) CODEC(ZSTD(1)),
+    FirstError SimpleAggregateFunction(min, Tuple(DateTime64(9), String, String, String))
+        CODEC(ZSTD(1)),
+    Workflow SimpleAggregateFunction(min, Tuple(DateTime64(9), String)) CODEC(ZSTD(1)),
+    RootAgent SimpleAggregateFunction(min, Tuple(DateTime64(9), String)) CODEC(ZSTD(1)),
+    Agents SimpleAggregateFunction(groupUniqArrayArray, Array(String)) CODEC(ZSTD(1)),
+    Usage SimpleAggregateFunction(
+        maxMap, Tuple(Array(Tuple(String, String)), Array(UInt64), Array(UInt64))
+    ) CODEC(ZSTD(1)),
+    KindCode SimpleAggregateFunction(max, UInt8),
+    SourceRunId SimpleAggregateFunction(max, String) CODEC(ZSTD(1)),
+    Verdict SimpleAggregateFunction(max, String) CODEC(ZSTD(1)),
+    EvalName SimpleAggregateFunction(max, String) CODEC(ZSTD(1)),
+    SweepId SimpleAggregateFunction(max, String) CODEC(ZSTD(1)),
+    INDEX idx_start Start TYPE minmax GRANULARITY 1
+) ENGINE = AggregatingMergeTree
+ORDER BY (ProjectId, TraceId)
+{ttl}
+SETTINGS index_granularity = 256
+"""
+    select = f"""
+SELECT ProjectId, TraceId,
+    min(Timestamp) AS Start,
+    max(Timestamp + toIntervalNanosecond(Duration)) AS End,
+    uniqExactState(SpanId) AS Spans,
+    groupUniqArrayIf(SpanId, StatusCode = 'Error') AS ErrorSpans,
+    min(if(StatusCode = 'Error', (Timestamp, SpanId, SpanName, ErrorType),
+        ({_NEVER}, '', '', ''))) AS FirstError,
+    min(if(ParentSpanId = '', (Timestamp, if(SpanAttributes['gen_ai.workflow.name'] != '',
+        SpanAttributes['gen_ai.workflow.name'], SpanName)), ({_NEVER}, ''))) AS Workflow,
+    min(if(SpanType = 'agent' AND AgentName != '', (Timestamp, AgentName), ({_NEVER}, '')))
+        AS RootAgent,
+    groupUniqArrayIf(AgentName, AgentName != '') AS Agents,
+    maxMap(if(SpanType = 'llm', ([(SpanId, Model)], [InputTokens], [OutputTokens]),
+        ([], [], []))) AS Usage,
+    max(multiIf(RunKind = 'replay', 3, RunKind = 'eval', 2, RunKind = 'sweep', 1, 0))
+        AS KindCode,
+    max(SourceRunId) AS SourceRunId,
+    maxIf(if(JSONExtractString({_METADATA}, 'afr.verdict') != '',
+        JSONExtractString({_METADATA}, 'afr.verdict'),
+        JSONExtractString({_METADATA}, 'afr.eval.status')), ParentSpanId = '') AS Verdict,
+    maxIf(JSONExtractString({_METADATA}, 'afr.eval.name'), ParentSpanId = '') AS EvalName,
+    maxIf(JSONExtractString({_METADATA}, 'afr.sweep.id'), ParentSpanId = '') AS SweepId
+FROM {{db}}.{SPANS_TABLE}
+"""
+    view = f"""
+CREATE MATERIALIZED VIEW IF NOT EXISTS {{db}}.{RUNS_TABLE}_mv TO {{db}}.{RUNS_TABLE} AS
+{select}
+GROUP BY ProjectId, TraceId
+"""
+    # Runs stored before this migration: every aggregate is idempotent, so a span the
+    # materialized view also saw (none, at start-up) would change nothing.
+    backfill = f"INSERT INTO {{db}}.{RUNS_TABLE}\n{select}\nGROUP BY ProjectId, TraceId"
+    prices = f"""
+CREATE TABLE IF NOT EXISTS {{db}}.{MODEL_PRICES_TABLE} (
+    Model String,
+    InputUsdPerMTok Float64,
+    OutputUsdPerMTok Float64,
+    UpdatedAt DateTime64(3)
+) ENGINE = ReplacingMergeTree(UpdatedAt)
+ORDER BY Model
+"""
+    summary = f"""
+CREATE VIEW IF NOT EXISTS {{db}}.{RUN_SUMMARY_VIEW} AS
+WITH (
+    SELECT CAST((groupArray(Model), groupArray((InputUsdPerMTok, OutputUsdPerMTok))),
+        'Map(String, Tuple(Float64, Float64))')
+    FROM {{db}}.{MODEL_PRICES_TABLE} FINAL
+) AS prices
+SELECT
+    ProjectId AS project,
+    TraceId AS run_id,
+    min(Start) AS start,
+    max(End) AS end,
+    (toUnixTimestamp64Nano(end) - toUnixTimestamp64Nano(start)) / 1e6 AS duration_ms,
+    uniqExactMerge(Spans) AS span_count,
+    length(groupUniqArrayArray(ErrorSpans)) AS error_count,
+    if(error_count > 0, 'error', 'ok') AS status,
+    min(FirstError) AS first_error,
+    first_error.2 AS failing_span_id,
+    first_error.3 AS failing_span_name,
+    first_error.4 AS failing_error_type,
+    min(Workflow).2 AS workflow,
+    min(RootAgent).2 AS root_agent,
+    arraySort(groupUniqArrayArray(Agents)) AS agents,
+    maxMap(Usage) AS usage,
+    arraySum(usage.2) AS input_tokens,
+    arraySum(usage.3) AS output_tokens,
+    arraySum(arrayMap((k, i, o) -> (i * prices[k.2].1 + o * prices[k.2].2) / 1e6,
+        usage.1, usage.2, usage.3)) AS cost_usd,
+    ['capture', 'sweep', 'eval', 'replay'][max(KindCode) + 1] AS kind,
+    max(SourceRunId) AS source_run_id,
+    max(Verdict) AS verdict,
+    max(EvalName) AS eval_name,
+    max(SweepId) AS sweep_id
+FROM {{db}}.{RUNS_TABLE}
+GROUP BY ProjectId, TraceId
+"""
+    return table, view, backfill, prices, summary
+
+
 def migrations(ttl_days: int | None) -> tuple[Migration, ...]:
     return (
         Migration(
@@ -110,6 +249,7 @@ GROUP BY ProjectId, TraceId
 """,
             ),
         ),
+        Migration(2, "per-run summary kept by the store, model prices", _runs_ddl(ttl_days)),
     )
 
 
