@@ -81,6 +81,7 @@ class Collector:
                 settings.store_dsn, settings.database, ttl_days=settings.ttl_days
             )
             clickhouse.migrate()
+            clickhouse.set_model_prices(settings.model_prices)
             store = clickhouse
         self.store = store
         self.keys = KeyStore(settings.keys_path)
@@ -103,7 +104,10 @@ class Collector:
             processor_factory=functools.partial(default_processors, settings),
         )
         self.reader = RunReader(
-            store, query_timeout_s=settings.api_query_timeout_s, max_spans=settings.api_max_spans
+            store,
+            query_timeout_s=settings.api_query_timeout_s,
+            max_spans=settings.api_max_spans,
+            prices=settings.model_prices,
         )
         self.grpc_port = 0
         self.http_port = 0
