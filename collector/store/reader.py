@@ -333,6 +333,16 @@ LIMIT {{limit:UInt32}} {self._settings}, use_index_for_in_with_subqueries = 0"""
         runs.sort(key=lambda run: (run["start_ns"], run["run_id"]), reverse=True)
         return runs
 
+    def newest_failing_run(self) -> tuple[str, str] | None:
+        """(project, run id) of the failing run that started last, in any project."""
+        rows = self._store.query(
+            f"SELECT ProjectId, TraceId FROM {{db}}.{RUNS_TABLE} WHERE (ProjectId, TraceId) IN "
+            f"(SELECT ProjectId, TraceId FROM {{db}}.{RUNS_TABLE} WHERE notEmpty(ErrorSpans)) "
+            f"GROUP BY ProjectId, TraceId ORDER BY min(Start) DESC, TraceId DESC LIMIT 1 "
+            f"{self._settings}"
+        )
+        return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
     def get_run(
         self, project: str, run_id: str
     ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
