@@ -117,7 +117,8 @@ def _summary(row: tuple[Any, ...], prices: Mapping[str, tuple[float, float]]) ->
     error_count = int(merged["error_count"])
     _, failing_id, failing_name, failing_type = merged.pop("first_error")
     cost = 0.0
-    for (_, model), tokens_in, tokens_out in zip(keys, inputs, outputs, strict=True):
+    for key, tokens_in, tokens_out in zip(keys, inputs, outputs, strict=True):
+        model = key.partition(":")[2]  # "<span id>:<model>"
         price_in, price_out = prices.get(model, (0.0, 0.0))
         cost += (tokens_in * price_in + tokens_out * price_out) / 1e6
     start_ns, end_ns = int(merged["start_ns"]), int(merged["end_ns"])

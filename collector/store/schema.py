@@ -110,8 +110,9 @@ def _runs_ddl(ttl_days: int | None) -> tuple[str, ...]:
     Every column's aggregate is idempotent (min, max, a set, a uniq state, a per-span max),
     so a span delivered twice, in one block or in two, changes nothing: the summary counts
     each span once exactly like ``FINAL`` on the spans table, without reading the spans.
-    Tokens are kept per LLM span (``maxMap`` keyed by span id and model) for the same
-    reason, and priced at read time from ``model_prices``.
+    Tokens are kept per LLM span (``maxMap`` keyed by ``<span id>:<model>``; a string key
+    merges twice as fast as a tuple) for the same reason, and priced at read time from
+    ``model_prices``.
     """
     ttl = f"TTL toDateTime(Start) + toIntervalDay({int(ttl_days)})" if ttl_days else ""
     table = f"""
@@ -127,9 +128,8 @@ CREATE TABLE IF NOT EXISTS {{db}}.{RUNS_TABLE} (
     Workflow SimpleAggregateFunction(min, Tuple(DateTime64(9), String)) CODEC(ZSTD(1)),
     RootAgent SimpleAggregateFunction(min, Tuple(DateTime64(9), String)) CODEC(ZSTD(1)),
     Agents SimpleAggregateFunction(groupUniqArrayArray, Array(String)) CODEC(ZSTD(1)),
-    Usage SimpleAggregateFunction(
-        maxMap, Tuple(Array(Tuple(String, String)), Array(UInt64), Array(UInt64))
-    ) CODEC(ZSTD(1)),
+    Usage SimpleAggregateFunction(maxMap, Tuple(Array(String), Array(UInt64), Array(UInt64)))
+        CODEC(ZSTD(1)),
     KindCode SimpleAggregateFunction(max, UInt8),
     SourceRunId SimpleAggregateFunction(max, String) CODEC(ZSTD(1)),
     Verdict SimpleAggregateFunction(max, String) CODEC(ZSTD(1)),
@@ -154,7 +154,7 @@ SELECT ProjectId, TraceId,
     min(if(SpanType = 'agent' AND AgentName != '', (Timestamp, AgentName), ({_NEVER}, '')))
         AS RootAgent,
     groupUniqArrayIf(AgentName, AgentName != '') AS Agents,
-    maxMap(if(SpanType = 'llm', ([(SpanId, Model)], [InputTokens], [OutputTokens]),
+    maxMap(if(SpanType = 'llm', ([concat(SpanId, ':', Model)], [InputTokens], [OutputTokens]),
         ([], [], []))) AS Usage,
     max(multiIf(RunKind = 'replay', 3, RunKind = 'eval', 2, RunKind = 'sweep', 1, 0))
         AS KindCode,
@@ -209,7 +209,8 @@ SELECT
     maxMap(Usage) AS usage,
     arraySum(usage.2) AS input_tokens,
     arraySum(usage.3) AS output_tokens,
-    arraySum(arrayMap((k, i, o) -> (i * prices[k.2].1 + o * prices[k.2].2) / 1e6,
+    arraySum(arrayMap((k, i, o) -> (i * prices[substring(k, position(k, ':') + 1)].1
+        + o * prices[substring(k, position(k, ':') + 1)].2) / 1e6,
         usage.1, usage.2, usage.3)) AS cost_usd,
     ['capture', 'sweep', 'eval', 'replay'][max(KindCode) + 1] AS kind,
     max(SourceRunId) AS source_run_id,
