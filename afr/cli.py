@@ -85,6 +85,8 @@ def _up(args: argparse.Namespace) -> int:
         print(f"  OTLP/gRPC  http://{settings.grpc_host}:{collector.grpc_port}")
         print(f"  OTLP/HTTP  http://{settings.http_host}:{collector.http_port}/v1/traces")
         print(f"  read API   http://{settings.http_host}:{collector.http_port}/api/v1/runs")
+        if args.grafana_url:
+            print(f"  {_grafana_line(args.grafana_url, collector)}")
         if created is not None:
             print(
                 f"  created project 'local'; its key (...{created[-4:]}) is in "
@@ -117,6 +119,19 @@ def _up(args: argparse.Namespace) -> int:
 
     asyncio.run(serve())
     return 0
+
+
+def _grafana_line(grafana_url: str, collector: Any) -> str:
+    """Where to look in Grafana: the newest failing run's timeline, else the run list."""
+    from urllib.parse import urlencode
+
+    base = grafana_url.rstrip("/")
+    newest = collector.reader.newest_failing_run()
+    if newest is None:
+        return f"Grafana    {base}/d/afr-runs (no failing run stored yet)"
+    project, run_id = newest
+    query = urlencode({"var-project": project, "var-run_id": run_id})
+    return f"Grafana    newest failing run: {base}/d/afr-run?{query}"
 
 
 async def _start_worker(settings: Any, collector: Any) -> tuple[Any, Any, Any, int]:
@@ -388,6 +403,12 @@ def _sweep_run(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+def _runs(args: argparse.Namespace) -> int:
+    from afr.runs_cli import run_command
+
+    return run_command(args)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from afr.demo import DEMO_DATA_DIR, run_demo
 
@@ -421,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--http-host")
     up.add_argument("--no-auth", action="store_true", help="store everything as project 'default'")
     up.add_argument("--no-worker", action="store_true", help="do not start the replay worker")
+    up.add_argument(
+        "--grafana-url", help="print the link to the newest failing run's timeline in this Grafana"
+    )
     up.set_defaults(func=_up)
 
     worker = commands.add_parser(
@@ -553,6 +577,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     collector_flags(sweep_run)
     sweep_run.set_defaults(func=_sweep_run)
+
+    from afr.runs_cli import add_runs_parser  # stdlib only at import: cheap for every command
+
+    add_runs_parser(commands).set_defaults(func=_runs)  # afr runs list|show|tail
 
     demo = commands.add_parser("demo", help="walk the sacred path end to end and say what happened")
     demo.add_argument("--data-dir", type=Path, help="default ./.afr/demo")

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,7 @@ def run_demo(data_dir: Path = DEMO_DATA_DIR) -> int:
         f"   .venv/bin/afr up --data-dir {data_dir}   (then, with the key in {data_dir / LOCAL_KEY_FILE}:)"
     )
     print(f"   curl -H 'authorization: Bearer <key>' http://127.0.0.1:4318/api/v1/runs/{run_id}")
+    print(f"   .venv/bin/afr runs show {run_id} --data-dir {data_dir}   (runs list, runs tail)")
     print(
         f"   .venv/bin/afr replay {run_id} --data-dir {data_dir} --stub 'refund_order={REFUND_STUB}'"
     )
@@ -182,7 +184,31 @@ def _show_replay(collector: Any, key: str, job: dict[str, Any], desk: RefundDesk
         f"6. replay run {result['replay_run_id']} stored: kind {replay['kind']}, status {replay['status']}, "
         f"linked to source {replay['source_run_id']}"
     )
+    _terminal_views(collector, key, replay["source_run_id"])
     return 0
+
+
+def _terminal_views(collector: Any, key: str, run_id: str) -> None:
+    """The same runs as ``afr runs list`` and ``afr runs show`` print them, indented."""
+    from dataclasses import replace
+
+    from afr.runs_cli import RunsApiError, RunsClient, list_lines, show_lines, terminal_for
+
+    term = terminal_for(sys.stdout, os.environ)
+    term = replace(term, width=term.width - 3)
+    try:
+        with RunsClient(f"http://127.0.0.1:{collector.http_port}", key) as client:
+            listed = list_lines(client, {"limit": "10"}, term)
+            shown = show_lines(client, run_id, term)
+    except RunsApiError as exc:
+        print(f"   afr runs: {exc}")
+        return
+    print("   in a terminal, afr runs list:")
+    for line in listed:
+        print(f"   {line}")
+    print(f"   afr runs show {run_id}:")
+    for line in shown:
+        print(f"   {line}" if line else "")
 
 
 @contextlib.contextmanager

@@ -335,3 +335,31 @@ def test_runs_stored_before_the_summary_existed_are_backfilled(seeded: ClickHous
     listed, _ = reader.list_runs("alpha", RunFilter(since_ns=0, until_ns=2**62))
     assert [r["run_id"] for r in listed] == [run[0].trace_id]
     assert listed[0]["span_count"] == len(run)
+
+
+def test_afr_up_links_the_newest_failing_run_to_its_grafana_timeline(
+    seeded: ClickHouseStore,
+) -> None:
+    from types import SimpleNamespace
+    from urllib.parse import parse_qs, urlsplit
+
+    from afr.cli import _grafana_line
+
+    reader = RunReader(seeded, query_timeout_s=10, max_spans=100, prices=PRICES)
+    newest = max(
+        (
+            (span_ns, run_id, project)
+            for project in PROJECTS
+            for run_id, span_ns in seeded.query(
+                "SELECT TraceId, toUnixTimestamp64Nano(min(Timestamp)) FROM {db}.otel_traces "
+                "WHERE ProjectId = {p:String} GROUP BY TraceId HAVING countIf(StatusCode = 'Error')",
+                {"p": project},
+            )
+        ),
+    )
+    newest = (newest[0], newest[2], newest[1])
+    assert reader.newest_failing_run() == (newest[1], newest[2])
+    line = _grafana_line("http://grafana:3000/", SimpleNamespace(reader=reader))
+    url = urlsplit(line.split()[-1])
+    assert (url.netloc, url.path) == ("grafana:3000", "/d/afr-run")
+    assert parse_qs(url.query) == {"var-project": [newest[1]], "var-run_id": [newest[2]]}
