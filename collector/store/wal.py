@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from collector.errors import StoreUnavailable
+from collector.errors import PayloadTooLarge, StoreUnavailable
 
 __all__ = ["Batch", "WriteAheadLog"]
 
@@ -110,13 +110,20 @@ class WriteAheadLog:
 
     # --- request path --------------------------------------------------------------------
     async def append(self, batch: Batch) -> None:
-        """Makes ``batch`` durable; raises StoreUnavailable when the log is full or broken."""
+        """Makes ``batch`` durable; raises StoreUnavailable when the log is full or broken,
+        PayloadTooLarge when the batch is larger than the whole log could ever hold."""
         payload = batch.payload
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:
             if self._closed:
                 raise StoreUnavailable("collector is shutting down", self._retry_after_s)
+            if len(payload) + _HEADER.size > self._max_bytes:
+                # Retrying could never help: no amount of draining makes room for it.
+                raise PayloadTooLarge(
+                    f"request needs {len(payload) + _HEADER.size} bytes of write-ahead log, "
+                    f"more than the whole log holds ({self._max_bytes}): send smaller batches"
+                )
             if self._unreleased_bytes + len(payload) > self._max_bytes:
                 raise StoreUnavailable(
                     "store is behind: write-ahead log is full", self._retry_after_s

@@ -424,6 +424,49 @@ def test_log_full_answers_unavailable_with_a_short_retry_hint(
         thread.stop()
 
 
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_a_request_larger_than_the_whole_log_is_refused_for_good(
+    tmp_path: Any, transport: str
+) -> None:
+    """UNAVAILABLE/503 would have the client retry forever: no draining makes room for it."""
+    from tests.integration.conftest import start_collector
+
+    thread, running = start_collector(tmp_path / "data", wal_max_bytes=1024 * 1024)
+    try:
+        blob = "z" * (200 * 1024)  # under the body limit, so stored whole: 6 make > 1 MiB
+        spans = [_span(TRACE, bytes([n + 1]) * 8, f"s{n}") for n in range(6)]
+        request = _request(*spans, big_attribute=blob)
+        if transport == "grpc":
+            code, error, trailers = _grpc_export(running, request)
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "more than the whole log holds" in error.details()
+            assert "google.rpc.retryinfo-bin" not in dict(trailers)
+        else:
+            answer = httpx.post(
+                running.http_url + "/v1/traces",
+                content=request.SerializeToString(),
+                headers={**running.headers(), "content-type": "application/x-protobuf"},
+            )
+            assert answer.status_code == 413
+            assert "retry-after" not in answer.headers
+        # Nothing else is lost: the next, smaller request is stored.
+        small = _request(_span(TRACE, bytes([99]) * 8, "small"))
+        if transport == "grpc":
+            assert _grpc_export(running, small)[0] == grpc.StatusCode.OK
+        else:
+            assert (
+                httpx.post(
+                    running.http_url + "/v1/traces",
+                    content=small.SerializeToString(),
+                    headers={**running.headers(), "content-type": "application/x-protobuf"},
+                ).status_code
+                == 200
+            )
+        assert [span["name"] for span in running.run(TRACE.hex())["spans"]] == ["small"]
+    finally:
+        thread.stop()
+
+
 def test_oversize_requests_are_refused(tmp_path: Any) -> None:
     from tests.integration.conftest import start_collector
 
