@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collector.auth import Authenticator
 from collector.errors import PipelineError
 from collector.pipeline import Pipeline
-from collector.receiver.status import grpc_status
+from collector.receiver.status import GrpcStatus, grpc_status
 
 __all__ = ["build_grpc_server"]
 
@@ -48,13 +48,23 @@ class _ExportHandler:
             result = await self._pipeline.ingest_bytes(raw, False, project)
         except PipelineError as error:
             status = grpc_status(error)
-            if status.trailing_metadata:
-                context.set_trailing_metadata(status.trailing_metadata)
-            await context.abort(status.code, status.message)
-        except Exception:
-            logger.exception("unexpected error in the gRPC export handler")
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
-        return _response(result.rejected, result.error_message)
+        except Exception as error:
+            # The type only: a message or traceback could quote request content.
+            logger.error("unexpected %s in the gRPC export handler", type(error).__name__)
+            status = GrpcStatus(grpc.StatusCode.INTERNAL, "internal error")
+        else:
+            return _response(result.rejected, result.error_message)
+        # A refusal is a status, not ``context.abort``: abort raises, and the exception's
+        # traceback holds this frame and its request bytes in a reference cycle that only
+        # the cyclic GC frees. With ingest's GC tuning (gen-0 threshold 50k objects, see
+        # server.tune_gc_for_ingest) a flood of refused 1.5 MiB requests then kept ~1.3 GB
+        # (measured: 427 -> 1,733 MiB RSS in 8 s of wrong-key requests).
+        del raw
+        if status.trailing_metadata:
+            context.set_trailing_metadata(status.trailing_metadata)
+        context.set_code(status.code)
+        context.set_details(status.message)
+        return b""
 
 
 def build_grpc_server(

@@ -84,8 +84,9 @@ class OtlpHttpHandler:
             result = await self._pipeline.ingest_bytes(raw, as_json, project)
         except PipelineError as error:
             return self._error(error, as_json)
-        except Exception:
-            logger.exception("unexpected error in the HTTP export handler")
+        except Exception as error:
+            # The type only: a message or traceback could quote request content.
+            logger.error("unexpected %s in the HTTP export handler", type(error).__name__)
             return Response("internal error", status_code=500, media_type="text/plain")
         response = ExportTraceServiceResponse()
         if result.rejected:
