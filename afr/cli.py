@@ -55,6 +55,12 @@ def _collector_settings(args: argparse.Namespace) -> Any:
             overrides[name] = value
     if getattr(args, "no_auth", False):
         overrides["auth_enabled"] = False
+    if getattr(args, "sql_port", None) is not None:
+        overrides["sql_port"] = args.sql_port
+    elif getattr(args, "sql", False) and "AFR_SQL_PORT" not in os.environ:
+        from collector.settings import SQL_DEFAULT_PORT
+
+        overrides["sql_port"] = SQL_DEFAULT_PORT
     settings = CollectorSettings(**overrides)
     if args.command == "up" and "AFR_INGEST_WORKERS" not in os.environ:
         settings = settings.model_copy(update={"ingest_workers": os.cpu_count() or 1})
@@ -85,6 +91,15 @@ def _up(args: argparse.Namespace) -> int:
         print(f"  OTLP/gRPC  http://{settings.grpc_host}:{collector.grpc_port}")
         print(f"  OTLP/HTTP  http://{settings.http_host}:{collector.http_port}/v1/traces")
         print(f"  read API   http://{settings.http_host}:{collector.http_port}/api/v1/runs")
+        if collector.sql_port is not None:
+            from collector.sqlapi import SQL_PASSWORD_FILE
+
+            secret = settings.data_dir / SQL_PASSWORD_FILE
+            where = "AFR_SQL_PASSWORD" if settings.sql_password else f"{secret} (mode 0600)"
+            print(
+                f"  SQL (ClickHouse HTTP) http://{settings.sql_host}:{collector.sql_port}  "
+                f"user {settings.sql_user}, password in {where}"
+            )
         if args.grafana_url:
             print(f"  {_grafana_line(args.grafana_url, collector)}")
         if created is not None:
@@ -445,6 +460,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--grafana-url", help="print the link to the newest failing run's timeline in this Grafana"
     )
+    up.add_argument(
+        "--sql",
+        action="store_true",
+        help="serve the store read-only over ClickHouse's HTTP protocol, for Grafana "
+        "(port 8123 or AFR_SQL_PORT)",
+    )
+    up.add_argument("--sql-port", type=int, help="port of the SQL interface (implies --sql)")
     up.set_defaults(func=_up)
 
     worker = commands.add_parser(

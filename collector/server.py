@@ -30,6 +30,7 @@ from collector.processors.normalize import normalize
 from collector.receiver.grpc import build_grpc_server
 from collector.receiver.http import OtlpHttpHandler
 from collector.settings import CollectorSettings
+from collector.sqlapi import SqlInterface
 from collector.store.client import ClickHouseStore, SpanStore
 from collector.store.reader import RunReader
 from collector.store.wal import WriteAheadLog
@@ -111,6 +112,8 @@ class Collector:
         )
         self.grpc_port = 0
         self.http_port = 0
+        self.sql_port: int | None = None
+        self._sql = SqlInterface(settings) if settings.sql_port is not None else None
         self._grpc_server: Any = None
         self._http_server: uvicorn.Server | None = None
         self._http_task: asyncio.Task[None] | None = None
@@ -137,6 +140,8 @@ class Collector:
                 "dead_lettered_rows": self.writer.dead_lettered_rows,
                 "pipeline": dataclasses.asdict(self.pipeline.stats),
             }
+            if self._sql is not None:
+                body["sql"] = self._sql.health()
             return JSONResponse(body, status_code=200 if self.writer.healthy else 503)
 
         return Starlette(
@@ -180,8 +185,12 @@ class Collector:
             if self._http_task.done():
                 self._http_task.result()
             await asyncio.sleep(0.01)
+        if self._sql is not None:
+            self.sql_port = await self._sql.start()
 
     async def stop(self) -> None:
+        if self._sql is not None:
+            await self._sql.stop()
         if self._grpc_server is not None:
             await self._grpc_server.stop(grace=2)
         if self._http_server is not None and self._http_task is not None:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from exporter.prices import DEFAULT_PRICES_PER_MTOK, UNLISTED_MODEL
 
-__all__ = ["CollectorSettings"]
+__all__ = ["SQL_DEFAULT_PORT", "CollectorSettings"]
 
 MiB = 1024 * 1024
+SQL_DEFAULT_PORT = 8123
+"""ClickHouse's HTTP port: what Grafana's ClickHouse datasource and clients expect."""
 
 
 class CollectorSettings(BaseSettings):
@@ -67,6 +69,35 @@ class CollectorSettings(BaseSettings):
     """USD per million (input, output) tokens by model name, for the cost of runs; written to
     the store's ``model_prices`` table at start (the dashboards price tokens with it). A model
     not listed costs nothing in the figures: they never guess."""
+
+    sql_host: str = "127.0.0.1"
+    sql_port: int | None = Field(default=None, ge=0, le=65535)
+    """The read-only ClickHouse HTTP interface over the embedded store (``afr up --sql``,
+    default port ``SQL_DEFAULT_PORT``); unset: off. See collector/sqlapi and ADR 17."""
+    sql_user: str = Field(default="afr", min_length=1)
+    sql_password: SecretStr | None = None
+    """Unset -> generated once into data_dir/sql.password (mode 0600)."""
+    sql_max_execution_time_s: float = Field(default=30.0, gt=0, le=3600)
+    sql_max_memory_bytes: int = Field(default=1024 * MiB, ge=16 * MiB)
+    sql_max_result_bytes: int | None = Field(default=256 * MiB, ge=1024)
+    """Cap on a result's size in the engine (uncompressed blocks); None: no cap."""
+    sql_max_result_rows: int | None = Field(default=None, ge=1)
+    sql_max_concurrency: int = Field(default=2, ge=1, le=64)
+    """Queries running at once; one more is answered 503 (TOO_MANY_SIMULTANEOUS_QUERIES)."""
+    sql_max_query_bytes: int = Field(default=MiB, ge=1024, le=64 * MiB)
+
+    @model_validator(mode="after")
+    def _check_sql(self) -> CollectorSettings:
+        if (
+            self.sql_port is not None
+            and self.clickhouse_url
+            and not self.clickhouse_url.startswith("chdb:///")
+        ):
+            raise ValueError(
+                "the SQL interface (--sql, AFR_SQL_PORT) serves the embedded store only: with "
+                "AFR_CLICKHOUSE_URL set, point Grafana's ClickHouse datasource at that server"
+            )
+        return self
 
     @field_validator("model_prices")
     @classmethod
