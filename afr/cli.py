@@ -424,6 +424,12 @@ def _runs(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def _grafana(args: argparse.Namespace) -> int:
+    from afr.grafana.command import run_command
+
+    return run_command(args)
+
+
 def _demo(args: argparse.Namespace) -> int:
     from afr.demo import DEMO_DATA_DIR, run_demo
 
@@ -603,6 +609,10 @@ def build_parser() -> argparse.ArgumentParser:
     from afr.runs_cli import add_runs_parser  # stdlib only at import: cheap for every command
 
     add_runs_parser(commands).set_defaults(func=_runs)  # afr runs list|show|tail
+
+    from afr.grafana.command import add_grafana_parser  # stdlib only at import
+
+    add_grafana_parser(commands).set_defaults(func=_grafana)  # afr grafana push
 
     demo = commands.add_parser("demo", help="walk the sacred path end to end and say what happened")
     demo.add_argument("--data-dir", type=Path, help="default ./.afr/demo")

@@ -172,7 +172,9 @@ class Collector:
             max_request_bytes=s.max_request_bytes,
         )
         await self._grpc_server.start()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP spelled out: asyncio turns Nagle off only on sockets whose proto says
+        # TCP, and a small response otherwise waits ~40 ms for the client's delayed ACK.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((s.http_host, s.http_port))
         self.http_port = sock.getsockname()[1]

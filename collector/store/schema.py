@@ -160,9 +160,9 @@ SELECT ProjectId, TraceId,
     max(multiIf(RunKind = 'replay', 3, RunKind = 'eval', 2, RunKind = 'sweep', 1, 0))
         AS KindCode,
     max(SourceRunId) AS SourceRunId,
-    maxIf(if(JSONExtractString({_METADATA}, 'afr.verdict') != '',
-        JSONExtractString({_METADATA}, 'afr.verdict'),
-        JSONExtractString({_METADATA}, 'afr.eval.status')), ParentSpanId = '') AS Verdict,
+    maxIf(if(JSONExtractString({_METADATA}, 'afr.eval.status') != '',
+        JSONExtractString({_METADATA}, 'afr.eval.status'),
+        JSONExtractString({_METADATA}, 'afr.verdict')), ParentSpanId = '') AS Verdict,
     maxIf(JSONExtractString({_METADATA}, 'afr.eval.name'), ParentSpanId = '') AS EvalName,
     maxIf(JSONExtractString({_METADATA}, 'afr.sweep.id'), ParentSpanId = '') AS SweepId
 FROM {{db}}.{SPANS_TABLE}

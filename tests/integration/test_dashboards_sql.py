@@ -1,0 +1,523 @@
+"""Every query of afr's dashboards, expanded as Grafana and the ClickHouse plugin expand it,
+run on a real collector's embedded store holding captured, replayed, evaluated and swept
+runs, each delivered twice: the columns each panel needs, and the numbers a user reads —
+the seeded run's failing span, its FAILURE_FIXED replay, each span and run counted once.
+The same queries through the collector's SQL interface (clickhouse-connect over HTTP, as
+Grafana's datasource would send them) give the same answers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from pydantic import SecretStr
+
+from afr.grafana.dashboards import EVALS_UID, RUN_UID, RUNS_UID, TOOLS_UID, build_all
+from afr.grafana.interpolate import ALL, TimeRange, Variable, interpolate
+from afr.grafana.queries import AGENTS, ERRORS, KIND, WORKFLOW, in_projects
+from collector.store.client import ClickHouseStore
+from tests.integration.conftest import Running, start_collector
+from tests.integration.grafana_world import (
+    OTHER_PROJECT,
+    SWEEP_GREEN,
+    SWEEP_MIXED,
+    Seeded,
+    resolve_variables,
+    seed,
+)
+
+pytestmark = pytest.mark.slow
+
+PROJECT = "shop"
+SQL_PASSWORD = "dashboards-test-password"
+DASHBOARDS = build_all()
+TRACE_COLUMNS = {
+    "traceID",
+    "spanID",
+    "parentSpanID",
+    "serviceName",
+    "operationName",
+    "startTime",
+    "duration",
+    "tags",
+    "serviceTags",
+    "statusCode",
+}
+
+
+def _sql_interface_reason() -> str | None:
+    try:
+        import collector.sqlapi  # noqa: F401
+        from collector.settings import CollectorSettings
+    except ImportError as exc:
+        return f"the collector's SQL interface (collector.sqlapi) is not importable yet: {exc}"
+    if "sql_port" not in CollectorSettings.model_fields:
+        return "the collector has no sql_port setting yet"
+    return None
+
+
+SQL_INTERFACE_MISSING = _sql_interface_reason()
+
+
+@dataclass
+class Result:
+    columns: list[str]
+    types: list[str]
+    rows: list[tuple[Any, ...]]
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+@dataclass
+class World:
+    running: Running
+    store: ClickHouseStore
+    seeded: Seeded
+    time_range: TimeRange
+
+    def query(self, sql: str) -> Result:
+        store: Any = self.store
+        with store._lock:  # the store's one client: chDB hosts one engine per process
+            result = store._client.query(sql)
+        return Result(
+            list(result.column_names),
+            [t.name for t in result.column_types],
+            [tuple(r) for r in result.result_rows],
+        )
+
+    def variables(self, uid: str, **chosen: str | tuple[str, ...]) -> dict[str, Variable]:
+        return resolve_variables(
+            DASHBOARDS[uid], lambda sql: self.query(sql).rows, self.time_range, chosen
+        )
+
+    def panel(self, uid: str, title: str, **chosen: str | tuple[str, ...]) -> Result:
+        """A panel's result with the project ``shop`` selected unless ``chosen`` says."""
+        chosen.setdefault("project", PROJECT)
+        (found,) = [p for p in DASHBOARDS[uid]["panels"] if p["title"] == title]
+        sql = interpolate(
+            found["targets"][0]["rawSql"], self.variables(uid, **chosen), self.time_range
+        )
+        return self.query(sql)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    root = tmp_path_factory.mktemp("dashboards")
+    sql: dict[str, Any] = {}
+    if SQL_INTERFACE_MISSING is None:
+        sql = {"sql_port": 0, "sql_password": SecretStr(SQL_PASSWORD)}
+    thread, running = start_collector(root / "data", **sql)
+    try:
+        seeded = seed(running)
+        now = datetime.now(UTC)
+        yield World(
+            running,
+            running.store.inner,
+            seeded,
+            TimeRange(now - timedelta(hours=1), now + timedelta(minutes=1), timedelta(seconds=60)),
+        )
+    finally:
+        thread.stop()
+
+
+def _read_api_runs(world: World) -> dict[str, dict[str, Any]]:
+    """Every seeded run of the project as the read API serves it (its own FINAL reads)."""
+    return {run_id: world.running.run(run_id) for run_id in world.seeded.run_ids}
+
+
+# -- the data is what the dashboards must cope with -------------------------------------------
+
+
+def test_the_store_holds_duplicate_deliveries_and_another_project(world: World) -> None:
+    shop = {"project": PROJECT}
+    (raw,) = world.store.query(
+        "SELECT count() FROM {db}.otel_traces WHERE ProjectId = {project:String}", shop
+    )
+    (final,) = world.store.query(
+        "SELECT count() FROM {db}.otel_traces FINAL WHERE ProjectId = {project:String}", shop
+    )
+    assert raw[0] == 2 * final[0], "every span of the project was delivered twice"
+    (runs_rows,) = world.store.query(
+        "SELECT count() FROM {db}.runs WHERE ProjectId = {project:String}", shop
+    )
+    assert runs_rows[0] > len(world.seeded.run_ids), "the runs table holds unmerged rows"
+    other = world.store.query(
+        "SELECT uniqExact(TraceId) FROM {db}.otel_traces WHERE ProjectId = {project:String}",
+        {"project": OTHER_PROJECT},
+    )
+    assert other == [(1,)]
+
+
+# -- every query runs and returns what its panel needs --------------------------------------
+
+
+def _link_fields(panel: Mapping[str, Any]) -> set[str]:
+    text = str(panel["fieldConfig"])
+    return set(re.findall(r"__data\.fields\.(\w+)", text))
+
+
+def _override_columns(panel: Mapping[str, Any]) -> set[str]:
+    return {
+        o["matcher"]["options"]
+        for o in panel["fieldConfig"]["overrides"]
+        if o["matcher"]["id"] == "byName"
+    }
+
+
+def _numeric(type_name: str) -> bool:
+    return bool(re.search(r"Int|Float|Decimal", type_name))
+
+
+@pytest.mark.parametrize("uid", sorted(DASHBOARDS))
+def test_every_query_runs_and_returns_the_columns_its_panel_needs(world: World, uid: str) -> None:
+    chosen = {"run_id": world.seeded.source_run_id, "project": PROJECT} if uid == RUN_UID else {}
+    variables = world.variables(uid, **chosen)
+    for spec in DASHBOARDS[uid]["templating"]["list"]:
+        if spec["type"] == "query":
+            assert variables[spec["name"]].options, f"variable {spec['name']} offers nothing"
+    for panel in DASHBOARDS[uid]["panels"]:
+        (target,) = panel["targets"]
+        result = world.query(interpolate(target["rawSql"], variables, world.time_range))
+        title, columns = panel["title"], set(result.columns)
+        assert result.rows, f"{uid} / {title}: no rows"
+        assert _link_fields(panel) <= columns, f"{uid} / {title}: a data link's field is missing"
+        missing = _override_columns(panel) - columns - {"latency_ms"}
+        assert not missing, f"{uid} / {title}: overrides name no column {missing}"
+        if panel["type"] == "timeseries":
+            assert result.columns[0] == "time" and "DateTime" in result.types[0], title
+            labels = [t for t in result.types[1:] if not _numeric(t)]
+            assert len(labels) <= 1, f"{title}: one label column at most (long format)"
+            times = [row[0] for row in result.rows]
+            assert times == sorted(times), f"{title}: a long frame must be sorted by time"
+        elif panel["type"] == "stat":
+            assert len(result.rows) == 1, title
+        elif panel["type"] == "traces":
+            assert target["format"] == 3 and target["queryType"] == "traces"
+            assert columns >= TRACE_COLUMNS, TRACE_COLUMNS - columns
+
+
+# -- Agent runs -----------------------------------------------------------------------------
+
+
+def test_recent_runs_show_each_run_once_with_its_failing_span_and_verdict(world: World) -> None:
+    seeded, api = world.seeded, _read_api_runs(world)
+    rows = {r["run_id"]: r for r in world.panel(RUNS_UID, "Recent runs").dicts()}
+    assert set(rows) == set(seeded.run_ids), "every run of the project, none of elsewhere"
+    for run_id, served in api.items():
+        row, run = rows[run_id], served["run"]
+        assert row["span_count"] == len(served["spans"]) == run["span_count"], run_id
+        assert (row["status"], row["error_count"]) == (run["status"], run["error_count"])
+        assert (row["input_tokens"], row["output_tokens"]) == (
+            run["input_tokens"],
+            run["output_tokens"],
+        )
+        assert row["kind"] == run["kind"]
+    source = rows[seeded.source_run_id]
+    assert source["status"] == "error" and source["kind"] == "capture"
+    assert source["failing_span_name"] == "execute_tool refund_order"
+    assert source["failing_error_type"] == "Error running tool (non-fatal)"
+    assert source["cost_usd"] > 0, "priced with the store's model prices"
+    replay = rows[seeded.replay_run_id]
+    assert (replay["kind"], replay["verdict"], replay["status"]) == (
+        "replay",
+        "FAILURE_FIXED",
+        "ok",
+    )
+    assert replay["source_run_id"] == seeded.source_run_id
+    verdicts = {
+        (sweep_id, outcome.status): rows[outcome.eval_run_id or ""]["verdict"]
+        for (sweep_id, _), outcome in seeded.eval_runs.items()
+    }
+    assert verdicts == {
+        (SWEEP_MIXED, "passed"): "passed",
+        (SWEEP_MIXED, "failed"): "failed",
+        (SWEEP_GREEN, "passed"): "passed",
+    }
+    starts = [r["start"] for r in world.panel(RUNS_UID, "Recent runs").dicts()]
+    assert starts == sorted(starts, reverse=True), "newest first"
+
+
+def test_the_summary_and_series_count_runs_tokens_and_cost_once(world: World) -> None:
+    api = _read_api_runs(world)
+    (stat,) = world.panel(RUNS_UID, "Runs in the window").dicts()
+    failed = sum(r["run"]["status"] == "error" for r in api.values())
+    assert stat["runs"] == len(api) == 7
+    assert stat["failed_runs"] == failed
+    assert stat["error_rate"] == pytest.approx(failed / len(api))
+    assert stat["input_tokens"] == sum(r["run"]["input_tokens"] for r in api.values())
+    assert stat["output_tokens"] == sum(r["run"]["output_tokens"] for r in api.values())
+    summary_cost = world.store.query(
+        "SELECT sum(cost_usd) FROM {db}.run_summary WHERE project = 'shop'"
+    )[0][0]
+    assert stat["cost_usd"] == pytest.approx(summary_cost) and summary_cost > 0
+    series = world.panel(RUNS_UID, "Runs and failed runs").dicts()
+    assert sum(r["runs"] for r in series) == len(api)
+    assert sum(r["failed"] for r in series) == failed
+    tokens = world.panel(RUNS_UID, "Tokens").dicts()
+    assert sum(r["input_tokens"] for r in tokens) == stat["input_tokens"]
+    cost = world.panel(RUNS_UID, "Cost").dicts()
+    assert sum(r["cost_usd"] for r in cost) == pytest.approx(stat["cost_usd"])
+
+
+def test_the_filters_narrow_the_runs(world: World) -> None:
+    seeded = world.seeded
+
+    def run_ids(**chosen: str | tuple[str, ...]) -> set[str]:
+        return {r["run_id"] for r in world.panel(RUNS_UID, "Recent runs", **chosen).dicts()}
+
+    assert run_ids(kind="replay") == {seeded.replay_run_id}
+    assert run_ids(kind=("capture", "sweep")) == {seeded.source_run_id, *seeded.sweep_runs.values()}
+    errored = run_ids(status="error")
+    assert seeded.source_run_id in errored and seeded.replay_run_id not in errored
+    assert run_ids(status="ok") == set(seeded.run_ids) - errored
+    assert run_ids(workflow="afr-sweep") == set(seeded.sweep_runs.values())
+    assert seeded.sweep_runs[SWEEP_GREEN] not in run_ids(agent="Refund Agent")
+    assert seeded.source_run_id in run_ids(agent="Refund Agent")
+    assert run_ids(project=OTHER_PROJECT) == {seeded.source_run_id}, "the other tenant's copy"
+    (other,) = world.panel(RUNS_UID, "Recent runs", project=OTHER_PROJECT).dicts()
+    assert other["span_count"] == 13
+
+
+def test_the_runs_table_merges_agree_with_the_run_summary_view(world: World) -> None:
+    """The dashboards merge the runs table themselves (fast windows): the same answers as the
+    view for every run, or the schema changed under them."""
+    merges = ", ".join((KIND, f"if({ERRORS} > 0, 'error', 'ok')", WORKFLOW, f"arraySort({AGENTS})"))
+    mine = world.store.query(
+        "SELECT TraceId, " + merges + " FROM {db}.runs WHERE ProjectId = {project:String} "  # noqa: S608
+        "GROUP BY ProjectId, TraceId ORDER BY TraceId",
+        {"project": PROJECT},
+    )
+    view = world.store.query(
+        "SELECT run_id, kind, status, workflow, agents FROM {db}.run_summary "
+        "WHERE project = {project:String} ORDER BY run_id",
+        {"project": PROJECT},
+    )
+    assert mine == view
+    assert in_projects() == "ProjectId IN (${project:singlequote})"
+
+
+# -- Run timeline ---------------------------------------------------------------------------
+
+
+def timeline(world: World, title: str, run_id: str, **chosen: str) -> list[dict[str, Any]]:
+    """A panel of the run timeline as a link from a table of runs opens it: in the row's
+    project."""
+    return world.panel(RUN_UID, title, run_id=run_id, **chosen).dicts()
+
+
+def test_the_run_timeline_shows_each_span_once_and_the_failing_one_stands_out(
+    world: World,
+) -> None:
+    source = world.seeded.source_run_id
+    served = world.running.run(source)
+    trace = timeline(world, "Trace", source)
+    assert sorted(s["spanID"] for s in trace) == sorted(s["span_id"] for s in served["spans"])
+    errored = [s for s in trace if s["statusCode"] == 2]
+    assert [s["operationName"] for s in errored] == ["execute_tool refund_order"]
+    agents = {s["serviceName"] for s in trace}
+    assert {"Triage Agent", "Refund Agent"} <= agents, "spans coloured by agent"
+    spans = timeline(world, "Spans", source)
+    assert len(spans) == 13
+    assert [s["at_ms"] for s in spans] == sorted(s["at_ms"] for s in spans)
+    (failing,) = [s for s in spans if s["status"] == "FAILING"]
+    assert (failing["span"], failing["tool"], failing["error"]) == (
+        "execute_tool refund_order",
+        "refund_order",
+        "Error running tool (non-fatal)",
+    )
+    (run,) = timeline(world, "Run", source)
+    assert (run["status"], run["kind"], run["span_count"], run["error_count"]) == (
+        "error",
+        "capture",
+        13,
+        1,
+    )
+
+
+def test_the_selected_span_shows_what_it_got_and_returned(world: World) -> None:
+    source = world.seeded.source_run_id
+    selected = "Selected span: input and output"
+    default = {r["part"]: r for r in timeline(world, selected, source)}
+    assert default["input"]["span"] == "execute_tool refund_order", "the failing span by default"
+    assert '"12.OO"' in default["input"]["body"]
+    assert default["input"]["attribute"] == "gen_ai.tool.call.arguments"
+    assert default["error"]["attribute"] == "Error running tool (non-fatal)"
+    spans = timeline(world, "Spans", source)
+    (llm, *_) = [s for s in spans if s["type"] == "llm"]
+    chosen = {r["part"]: r for r in timeline(world, selected, source, span_id=llm["span_id"])}
+    assert chosen["input"]["span"] == llm["span"]
+    assert chosen["input"]["attribute"] == "gen_ai.input.messages"
+    assert "I was charged twice" in chosen["input"]["body"]
+    clean = world.seeded.replay_run_id
+    (root_span,) = {r["span"] for r in timeline(world, selected, clean)}
+    assert root_span.startswith("invoke_workflow"), "no failing span: the root"
+
+
+def test_a_run_links_its_replays_evals_and_source(world: World) -> None:
+    seeded = world.seeded
+    linked = timeline(world, "Source, replays and evals", seeded.source_run_id)
+    by_run = {r["run_id"]: r for r in linked}
+    assert by_run[seeded.replay_run_id]["relation"] == "replay"
+    assert by_run[seeded.replay_run_id]["verdict"] == "FAILURE_FIXED"
+    evals = {o.eval_run_id: o.status for o in seeded.eval_runs.values()}
+    assert {k: r["verdict"] for k, r in by_run.items() if r["relation"] == "eval"} == evals
+    assert set(by_run) == {seeded.replay_run_id, *evals}, "its own, nothing else"
+    (source,) = timeline(world, "Source, replays and evals", seeded.replay_run_id)
+    assert (source["relation"], source["run_id"]) == ("source", seeded.source_run_id)
+    assert timeline(world, "Trace", "") == []
+    assert timeline(world, "Source, replays and evals", "") == []
+    everywhere = world.panel(RUN_UID, "Spans", run_id=seeded.source_run_id, project=(ALL,)).dicts()
+    assert len(everywhere) == 13, "All projects: one project's copy of a run, not both"
+
+
+def test_a_run_outside_the_time_range_shows_nothing(world: World) -> None:
+    source = world.seeded.source_run_id
+    past = TimeRange(
+        world.time_range.start - timedelta(days=3), world.time_range.start - timedelta(days=2)
+    )
+    later = World(world.running, world.store, world.seeded, past)
+    assert timeline(later, "Spans", source) == []
+    assert timeline(later, "Run", source) == []
+
+
+# -- Tools and failures ---------------------------------------------------------------------
+
+
+def test_tools_models_errors_guardrails_and_handoffs_count_each_span_once(world: World) -> None:
+    spans = [s for run in _read_api_runs(world).values() for s in run["spans"]]
+    tools = [s for s in spans if s["span_type"] == "tool"]
+    (refund,) = world.panel(TOOLS_UID, "Tools").dicts()
+    assert refund["tool"] == "refund_order"
+    assert refund["calls"] == len(tools)
+    assert refund["errors"] == sum(s["status"]["code"] == "Error" for s in tools) == 2
+    assert refund["runs"] == len({s["trace_id"] for s in tools})
+    assert refund["p50_ms"] <= refund["p95_ms"] <= refund["p99_ms"]
+    assert refund["last_failed_run"] in world.seeded.run_ids
+    (model,) = world.panel(TOOLS_UID, "Models").dicts()
+    llm = [s for s in spans if s["span_type"] == "llm"]
+    assert (model["calls"], model["input_tokens"]) == (
+        len(llm),
+        sum(s["input_tokens"] for s in llm),
+    )
+    errors = {r["error_type"]: r for r in world.panel(TOOLS_UID, "Top error types").dicts()}
+    assert errors["Error running tool (non-fatal)"]["errors"] == 2, "the source and the failed eval"
+    (guardrail,) = world.panel(TOOLS_UID, "Guardrail trips").dicts()
+    assert guardrail["guardrail"] == "abuse_screen"
+    assert guardrail["checks"] == sum(s["span_type"] == "guardrail" for s in spans)
+    assert guardrail["trips"] == 0
+    (handoff,) = world.panel(TOOLS_UID, "Handoff paths").dicts()
+    assert (handoff["from_agent"], handoff["to_agent"]) == ("Triage Agent", "Refund Agent")
+    assert handoff["handoffs"] == sum(s["span_type"] == "handoff" for s in spans)
+    series = world.panel(TOOLS_UID, "Tool calls and errors").dicts()
+    assert sum(r["calls"] for r in series) == len(tools)
+
+
+def test_the_failing_spans_follow_the_tool_and_error_type_filters(world: World) -> None:
+    failing = world.panel(TOOLS_UID, "Failing spans").dicts()
+    keys = [(r["project"], r["run_id"], r["span_id"]) for r in failing]
+    assert len(keys) == len(set(keys)) == 4, "once each"
+    everywhere = world.panel(TOOLS_UID, "Failing spans", project=(ALL,)).dicts()
+    assert len(everywhere) == 5, "and the source run's copy in the other project"
+    tool_only = world.panel(TOOLS_UID, "Failing spans", tool="refund_order").dicts()
+    assert tool_only and all(r["tool"] == "refund_order" for r in tool_only)
+    assert world.seeded.source_run_id in {r["run_id"] for r in tool_only}
+    typed = world.panel(TOOLS_UID, "Failing spans", error_type="eval failed").dicts()
+    assert typed and {r["span"] for r in typed} == {"eval.result"}
+
+
+# -- Replays and evals ----------------------------------------------------------------------
+
+
+def test_verdicts_sweeps_and_failing_evals(world: World) -> None:
+    seeded = world.seeded
+    (stat,) = world.panel(EVALS_UID, "Replays and evals in the window").dicts()
+    assert stat == {
+        "replays": 1,
+        "fixed": 1,
+        "eval_runs": 3,
+        "evals_passed": 2,
+        "evals_not_passed": 1,
+        "sweeps": 2,
+    }
+    verdicts = world.panel(EVALS_UID, "Replay verdicts").dicts()
+    assert {k: sum(r[k] for r in verdicts) for k in verdicts[0] if k != "time"} == {
+        "FAILURE_FIXED": 1,
+        "STILL_FAILING": 0,
+        "REGRESSED": 0,
+        "UNCHANGED": 0,
+        "INCONCLUSIVE": 0,
+    }
+    outcomes = world.panel(EVALS_UID, "Eval outcomes").dicts()
+    assert {k: sum(r[k] for r in outcomes) for k in outcomes[0] if k != "time"} == {
+        "passed": 2,
+        "failed": 1,
+        "inconclusive": 0,
+        "errored": 0,
+    }
+    sweeps = {r["sweep_id"]: r for r in world.panel(EVALS_UID, "Sweeps").dicts()}
+    assert {
+        k: (r["evals"], r["passed"], r["failed"], r["pass_rate"]) for k, r in sweeps.items()
+    } == {
+        SWEEP_MIXED: (2, 1, 1, 0.5),
+        SWEEP_GREEN: (1, 1, 0, 1.0),
+    }
+    assert {k: r["sweep_run_id"] for k, r in sweeps.items()} == seeded.sweep_runs
+    rates = sorted(r["pass_rate"] for r in world.panel(EVALS_UID, "Sweep pass rate").dicts())
+    assert rates == [0.5, 1.0]
+    (failing,) = world.panel(EVALS_UID, "Failing evals").dicts()
+    failed = seeded.eval_runs[(SWEEP_MIXED, seeded.failing.name)]
+    assert failing["run_id"] == failed.eval_run_id
+    assert failing["source_run_id"] == seeded.source_run_id
+    assert (failing["outcome"], failing["sweep_id"]) == ("failed", SWEEP_MIXED)
+    (replay,) = world.panel(EVALS_UID, "Replays").dicts()
+    assert (replay["run_id"], replay["verdict"], replay["source_run_id"]) == (
+        seeded.replay_run_id,
+        "FAILURE_FIXED",
+        seeded.source_run_id,
+    )
+
+
+# -- the same through the collector's SQL interface -------------------------------------------
+
+
+@pytest.mark.skipif(SQL_INTERFACE_MISSING is not None, reason=SQL_INTERFACE_MISSING or "")
+def test_the_sql_interface_answers_every_query_the_same(world: World) -> None:
+    import clickhouse_connect
+
+    port = world.running.collector.sql_port
+    assert port, "the collector started its SQL interface"
+    client = clickhouse_connect.get_client(
+        host="127.0.0.1", port=port, username="afr", password=SQL_PASSWORD
+    )
+    try:
+        for uid, dashboard in DASHBOARDS.items():
+            chosen = {"run_id": world.seeded.source_run_id} if uid == RUN_UID else {}
+            variables = world.variables(uid, **chosen)  # All projects: the run is in two
+            for panel in dashboard["panels"]:
+                sql = interpolate(panel["targets"][0]["rawSql"], variables, world.time_range)
+                embedded = world.query(sql)
+                over_http = client.query(sql)
+                assert list(over_http.column_names) == embedded.columns, panel["title"]
+                assert [_plain(r) for r in over_http.result_rows] == [
+                    _plain(r) for r in embedded.rows
+                ], panel["title"]
+    finally:
+        client.close()
+
+
+def _plain(row: Any) -> tuple[Any, ...]:
+    """A row comparable across clients: times as UTC instants, floats to 12 significant
+    digits (a float sum's last bits depend on the order the engine's threads add in)."""
+    return tuple(
+        v.astimezone(UTC).replace(tzinfo=None)
+        if isinstance(v, datetime) and v.tzinfo
+        else float(f"{v:.12g}")
+        if isinstance(v, float)
+        else v
+        for v in row
+    )
