@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 __all__ = [
     "ALL",
@@ -34,6 +35,7 @@ __all__ = [
     "expand_macros",
     "interpolate",
     "replace_variables",
+    "resolve_variables",
 ]
 
 ALL = "$__all"
@@ -490,3 +492,43 @@ def _replace_macro(sql: str, token: str, expand: Callable[[list[str]], str]) -> 
             if end != -1:
                 raw, rest = rest[1:end], rest[end + 1 :]
         out.append(expand(_split_args(raw)))
+
+
+def resolve_variables(
+    dashboard: Mapping[str, Any],
+    run_query: Callable[[str], list[tuple[Any, ...]]],
+    time_range: TimeRange,
+    chosen: Mapping[str, str | tuple[str, ...]],
+    *,
+    macros: bool = True,
+) -> dict[str, Variable]:
+    """The dashboard's variables as Grafana resolves them, in order: query variables' options
+    from their SQL (run by ``run_query``; All selected unless ``chosen``), custom ones from
+    their list, textboxes from ``chosen``. ``macros=False`` leaves the plugin's macros to
+    whoever runs the query (Grafana's query API expands them itself)."""
+    resolved: dict[str, Variable] = {}
+    for spec in dashboard["templating"]["list"]:
+        name, kind = spec["name"], spec["type"]
+        if kind == "datasource":
+            resolved[name] = Variable(name, "afr-clickhouse")
+        elif kind == "constant":
+            resolved[name] = Variable(name, spec["query"])
+        elif kind == "textbox":
+            value = chosen.get(name, "")
+            assert isinstance(value, str)
+            resolved[name] = Variable(name, value)
+        else:
+            if kind == "custom":
+                options = tuple(o["value"] for o in spec["options"] if o["value"] != ALL)
+            else:
+                raw = spec["query"]["rawSql"]
+                sql = (
+                    interpolate(raw, resolved, time_range)
+                    if macros
+                    else replace_variables(conditional_all(raw, resolved), resolved)
+                )
+                options = tuple(str(row[0]) for row in run_query(sql))
+            value = chosen.get(name, (ALL,))
+            current = value if isinstance(value, tuple) else (value,)
+            resolved[name] = Variable(name, current, options)
+    return resolved

@@ -8,7 +8,6 @@ project (tenancy)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,14 +15,6 @@ import httpx
 from agents import Model
 
 import exporter
-from afr.grafana.interpolate import (
-    ALL,
-    TimeRange,
-    Variable,
-    conditional_all,
-    interpolate,
-    replace_variables,
-)
 from afr.incident import build_model, failing_script, fixed_script
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
 from replay_worker.evals.contract import EvalDocument
@@ -134,43 +125,3 @@ def seed(running: Running) -> Seeded:
     redeliver(running, seeded.source_run_id, seeded.other_key)
     assert running.collector.flush()
     return seeded
-
-
-def resolve_variables(
-    dashboard: Mapping[str, Any],
-    run_query: Callable[[str], list[tuple[Any, ...]]],
-    time_range: TimeRange,
-    chosen: Mapping[str, str | tuple[str, ...]],
-    *,
-    macros: bool = True,
-) -> dict[str, Variable]:
-    """The dashboard's variables as Grafana resolves them, in order: query variables' options
-    from their SQL (run by ``run_query``; All selected unless ``chosen``), custom ones from
-    their list, textboxes from ``chosen``. ``macros=False`` leaves the plugin's macros to
-    whoever runs the query (Grafana's query API expands them itself)."""
-    resolved: dict[str, Variable] = {}
-    for spec in dashboard["templating"]["list"]:
-        name, kind = spec["name"], spec["type"]
-        if kind == "datasource":
-            resolved[name] = Variable(name, "afr-clickhouse")
-        elif kind == "constant":
-            resolved[name] = Variable(name, spec["query"])
-        elif kind == "textbox":
-            value = chosen.get(name, "")
-            assert isinstance(value, str)
-            resolved[name] = Variable(name, value)
-        else:
-            if kind == "custom":
-                options = tuple(o["value"] for o in spec["options"] if o["value"] != ALL)
-            else:
-                raw = spec["query"]["rawSql"]
-                sql = (
-                    interpolate(raw, resolved, time_range)
-                    if macros
-                    else replace_variables(conditional_all(raw, resolved), resolved)
-                )
-                options = tuple(str(row[0]) for row in run_query(sql))
-            value = chosen.get(name, (ALL,))
-            current = value if isinstance(value, tuple) else (value,)
-            resolved[name] = Variable(name, current, options)
-    return resolved

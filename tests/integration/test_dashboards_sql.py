@@ -17,7 +17,7 @@ import pytest
 from pydantic import SecretStr
 
 from afr.grafana.dashboards import EVALS_UID, RUN_UID, RUNS_UID, TOOLS_UID, build_all
-from afr.grafana.interpolate import ALL, TimeRange, Variable, interpolate
+from afr.grafana.interpolate import ALL, TimeRange, Variable, interpolate, resolve_variables
 from afr.grafana.queries import AGENTS, ERRORS, KIND, WORKFLOW, in_projects
 from collector.store.client import ClickHouseStore
 from tests.integration.conftest import Running, start_collector
@@ -26,7 +26,6 @@ from tests.integration.grafana_world import (
     SWEEP_GREEN,
     SWEEP_MIXED,
     Seeded,
-    resolve_variables,
     seed,
 )
 

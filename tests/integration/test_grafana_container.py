@@ -26,10 +26,16 @@ import pytest
 
 from afr.cli import main
 from afr.grafana.dashboards import RUN_UID, RUNS_UID, build_all
-from afr.grafana.interpolate import TimeRange, Variable, conditional_all, replace_variables
+from afr.grafana.interpolate import (
+    TimeRange,
+    Variable,
+    conditional_all,
+    replace_variables,
+    resolve_variables,
+)
 from afr.grafana.panels import DATASOURCE_UID, PLUGIN_ID
 from tests.integration.conftest import Running, start_collector
-from tests.integration.grafana_world import Seeded, resolve_variables, seed
+from tests.integration.grafana_world import Seeded, seed
 
 
 def _docker_available() -> bool:
