@@ -169,7 +169,8 @@ def _all_stored_text(running: Running) -> str:
     )
     dump = []
     for (table,) in tables:
-        rows = running.store.query(f"SELECT * FROM afr.`{table}`")  # noqa: S608 - names from system.tables
+        # APPLY(toString): every column as text, aggregate states included (the runs table).
+        rows = running.store.query(f"SELECT * APPLY(toString) FROM afr.`{table}`")  # noqa: S608 - names from system.tables
         dump.append(repr(rows))
     return "\n".join(dump)
 
