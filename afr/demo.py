@@ -127,7 +127,15 @@ def run_demo(data_dir: Path = DEMO_DATA_DIR) -> int:
         f"   .venv/bin/afr eval run {data_dir / 'evals'} --junit report.xml   (in CI: --shard I/N)"
     )
     print(f"   .venv/bin/afr sweep run --evals {data_dir / 'evals'} --data-dir {data_dir}")
-    print("not built yet: Grafana dashboards, deploy/ manifests (see the open issues)")
+    print(
+        f"   .venv/bin/afr up --data-dir {data_dir} --sql --grafana-url http://127.0.0.1:3000"
+        "   (Grafana on the embedded store)"
+    )
+    print(
+        f"   .venv/bin/afr grafana push --data-dir {data_dir}   (datasource + 4 dashboards; "
+        "token in AFR_GRAFANA_TOKEN)"
+    )
+    print("not built yet: deploy/ manifests (see the open issues)")
     return 0
 
 
