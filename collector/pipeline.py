@@ -19,10 +19,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
 from collector.decode import decode_json, decode_protobuf, to_records
+from collector.errors import StoreUnavailable
 from collector.model import SpanRecord, encode_rows
 from collector.store.wal import Batch, WriteAheadLog
 
@@ -72,6 +74,7 @@ class PipelineStats:
     redactions: int = 0
     failed_closed: int = 0
     truncated_spans: int = 0
+    worker_restarts: int = 0
 
 
 def process_request(
@@ -139,23 +142,51 @@ class Pipeline:
         clock_ns: Callable[[], int] = time.time_ns,
         workers: int = 0,
         processor_factory: ProcessorFactory | None = None,
+        retry_after_s: float = 1.0,
     ) -> None:
         self._processors = processors
         self._wal = wal
         self._clock_ns = clock_ns
         self.stats = PipelineStats()
         self._pool: ProcessPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self._workers = workers
+        self._retry_after_s = retry_after_s
+        self.failure = ""
+        """Why ingest cannot work (the worker pool cannot restart), else empty."""
         if workers > 0:
             if processor_factory is None:
                 raise ValueError("worker processes need a processor factory to build their own")
-            # spawn, never fork: this process runs gRPC and ClickHouse threads.
-            self._pool = ProcessPoolExecutor(
-                max_workers=workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_init_worker,
-                initargs=(processor_factory, os.getpid()),
+            self._factory = processor_factory
+            self._pool = self._new_pool()
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        # spawn, never fork: this process runs gRPC and ClickHouse threads.
+        return ProcessPoolExecutor(
+            max_workers=self._workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(self._factory, os.getpid()),
+        )
+
+    def _replace_pool(self, broken: ProcessPoolExecutor) -> None:
+        """A worker process died (killed, out of memory, a crash in native code): the pool
+        is broken for every later request, so a new one takes its place."""
+        with self._pool_lock:
+            if self._pool is not broken:
+                return  # another request replaced it already
+            self.stats.worker_restarts += 1
+            logger.error(
+                "an ingest worker process died; starting a new pool (%d restarts so far)",
+                self.stats.worker_restarts,
             )
+            broken.shutdown(wait=False, cancel_futures=True)
+            try:
+                self._pool = self._new_pool()
+                self.failure = ""
+            except Exception as exc:  # cannot even start processes: say so on /healthz
+                self.failure = f"ingest worker pool cannot restart ({type(exc).__name__})"
+                logger.error("%s", self.failure)
 
     def warm_up(self) -> None:
         """Starts the worker processes now rather than on the first request."""
@@ -176,9 +207,16 @@ class Pipeline:
         processed: Any
         if self._pool is not None:
             loop = asyncio.get_running_loop()
-            processed = await loop.run_in_executor(
-                self._pool, _work, raw, as_json, project_id, now_ns
-            )
+            pool = self._pool
+            try:
+                processed = await loop.run_in_executor(
+                    pool, _work, raw, as_json, project_id, now_ns
+                )
+            except BrokenProcessPool:
+                await asyncio.to_thread(self._replace_pool, pool)
+                raise StoreUnavailable(
+                    "an ingest worker process died; retry", self._retry_after_s
+                ) from None
         elif len(raw) >= _OFFLOAD_BYTES:
             processed = await asyncio.to_thread(
                 process_request, self._processors, raw, as_json, project_id, now_ns

@@ -94,7 +94,11 @@ class Collector:
             retry_after_s=settings.retry_after_s,
         )
         self.writer = BatchWriter(
-            store, self.wal, max_rows=settings.batch_max_rows, interval_s=settings.batch_interval_s
+            store,
+            self.wal,
+            max_rows=settings.batch_max_rows,
+            max_bytes=settings.batch_max_bytes,
+            interval_s=settings.batch_interval_s,
         )
         # Built here even when worker processes do the work: a bad rules file stops start-up
         # now, and the redaction key exists before any worker reads it.
@@ -103,6 +107,7 @@ class Collector:
             self.wal,
             workers=settings.ingest_workers if processors is None else 0,
             processor_factory=functools.partial(default_processors, settings),
+            retry_after_s=settings.retry_after_s,
         )
         self.reader = RunReader(
             store,
@@ -119,6 +124,19 @@ class Collector:
         self._http_task: asyncio.Task[None] | None = None
         self.recovered_rows = 0
 
+    def problems(self) -> list[str]:
+        """What keeps the collector from doing its job now, for /healthz (and the log)."""
+        found = []
+        if not self.writer.healthy:
+            found.append(f"store inserts failing ({self.writer.last_error or 'unknown'})")
+        if not self.writer.alive:
+            found.append("the writer thread stopped")
+        if not self.wal.alive:
+            found.append(self.wal.failure or "the write-ahead log thread stopped")
+        if self.pipeline.failure:
+            found.append(self.pipeline.failure)
+        return found
+
     def http_app(self) -> Starlette:
         runs = RunsApi(
             self.reader,
@@ -132,8 +150,13 @@ class Collector:
             return JSONResponse(OPENAPI)
 
         async def health(request: Request) -> Response:
-            body = {
+            problems = self.problems()
+            body: dict[str, Any] = {
+                "status": "unhealthy" if problems else "ok",
+                "problems": problems,
                 "store": "ok" if self.writer.healthy else "failing",
+                "inserts": self.writer.inserts,
+                "failed_inserts": self.writer.failed_inserts,
                 "wal_bytes": self.wal.unreleased_bytes,
                 "pending_rows": self.wal.ready_rows,
                 "inserted_rows": self.writer.inserted_rows,
@@ -142,7 +165,7 @@ class Collector:
             }
             if self._sql is not None:
                 body["sql"] = self._sql.health()
-            return JSONResponse(body, status_code=200 if self.writer.healthy else 503)
+            return JSONResponse(body, status_code=503 if problems else 200)
 
         return Starlette(
             routes=[

@@ -36,6 +36,8 @@ class CollectorSettings(BaseSettings):
     """False serves every request as project ``default``: local experiments only."""
 
     batch_max_rows: int = Field(default=20_000, ge=1)
+    batch_max_bytes: int = Field(default=64 * MiB, ge=MiB)
+    """Each insert holds at most ``batch_max_rows`` rows and about this many bytes."""
     batch_interval_s: float = Field(default=1.0, gt=0)
     """The writer inserts at most about once per interval (ClickHouse prefers <= 1 insert/s)."""
     wal_max_bytes: int = Field(default=1024 * MiB, ge=MiB)

@@ -212,17 +212,32 @@ class FlakyStore:
         self.inner = inner
         self.failing = False
         self.failed_inserts = 0
+        self.insert_sizes = []
 
     poison: bytes | None = None
     """Rows containing this are refused as bad data while the store stays up."""
+    transient: str | None = None
+    """While set, every insert fails with this ClickHouse error (the store still answers)."""
+    insert_sizes: list[int]
+    """Rows per successful insert, in order."""
 
     def insert_rows(self, payload: bytes) -> None:
+        from clickhouse_connect.driver.exceptions import DatabaseError
+
         if self.failing:
             self.failed_inserts += 1
             raise ConnectionError("store is down (test)")
+        if self.transient is not None:
+            self.failed_inserts += 1
+            raise DatabaseError(self.transient)
         if self.poison is not None and self.poison in payload:
-            raise ValueError("Cannot parse input (test)")
+            # What ClickHouse answers a row it cannot parse (clickhouse-connect's shape).
+            raise DatabaseError(
+                "Code: 27. DB::Exception: Cannot parse input: expected '\\t' before: "
+                "'...': (at row 2). (CANNOT_PARSE_INPUT_ASSERTION_FAILED) (version 26.9.2.1)"
+            )
         self.inner.insert_rows(payload)
+        self.insert_sizes.append(payload.count(b"\n"))
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         if self.failing and sql == "SELECT 1":

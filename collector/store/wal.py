@@ -5,7 +5,14 @@ fsync covers every batch that arrived meanwhile). In the same critical section t
 joins the in-memory ``ready`` list, so a rotation (``take``) always hands the writer every
 batch of every segment it closes. A segment file is deleted only after the writer has
 inserted all of its rows (``release``); on a restart, surviving segments are read back and
-inserted again (the ReplacingMergeTree makes a re-insert harmless).
+inserted again (the ReplacingMergeTree makes a re-insert harmless). The writer takes at most
+a capped number of rows and bytes at a time (``take``), so a segment may be inserted over
+several inserts: each batch remembers its segment, and a closed segment goes when its last
+batch is released.
+
+Durability: a new segment's directory entry is fsynced before anything in it is
+acknowledged (a file whose creation is not durable can vanish with its records after a
+power loss, even if the records themselves were fsynced).
 
 Record format: ``<u32 length><u32 crc32><payload>``, the payload being the batch's rows
 exactly as they will be inserted. A torn or corrupt tail (a
@@ -44,6 +51,16 @@ class Batch:
 
     payload: bytes
     rows: int
+    segment: int = 0
+    """The log segment holding it (set when it is made durable)."""
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _segment_path(directory: Path, number: int) -> Path:
@@ -79,8 +96,11 @@ class WriteAheadLog:
         ] = []
         self._ready: list[Batch] = []
         self._ready_rows = 0
-        self._segments_in_ready: list[int] = []
+        self._outstanding: dict[int, int] = {}  # segment -> its batches not yet released
+        self._segment_bytes: dict[int, int] = {}
         self._unreleased_bytes = 0
+        self.failure = ""
+        """Why the log cannot take writes (its flush thread died), else empty."""
         self._segment_number = 0
         self._segment_dirty = False
         self._file: BinaryIO = _CLOSED
@@ -95,18 +115,32 @@ class WriteAheadLog:
         recovered = 0
         for number in numbers:
             path = _segment_path(self._dir, number)
+            count = 0
             for payload in _read_segment(path):
                 rows = payload.count(b"\n")
-                self._ready.append(Batch(payload, rows))
+                self._ready.append(Batch(payload, rows, number))
                 self._ready_rows += rows
                 recovered += rows
-            self._unreleased_bytes += path.stat().st_size
-            self._segments_in_ready.append(number)
+                count += 1
+            size = path.stat().st_size
+            self._unreleased_bytes += size
+            if count:
+                self._outstanding[number] = count
+                self._segment_bytes[number] = size
+            else:
+                path.unlink()  # nothing complete in it: never acknowledged
         self._segment_number = (numbers[-1] + 1) if numbers else 1
-        self._file = _segment_path(self._dir, self._segment_number).open("ab")
+        self._unreleased_bytes = sum(self._segment_bytes.values())
+        self._open_segment()
         self._thread = threading.Thread(target=self._flush_loop, name="afr-wal", daemon=True)
         self._thread.start()
         return recovered
+
+    def _open_segment(self) -> None:
+        self._file = _segment_path(self._dir, self._segment_number).open("ab")
+        if self._fsync:
+            _fsync_directory(self._dir)
+        self._segment_dirty = False
 
     # --- request path --------------------------------------------------------------------
     async def append(self, batch: Batch) -> None:
@@ -118,6 +152,8 @@ class WriteAheadLog:
         with self._lock:
             if self._closed:
                 raise StoreUnavailable("collector is shutting down", self._retry_after_s)
+            if self.failure:
+                raise StoreUnavailable("write-ahead log unavailable", self._retry_after_s)
             if len(payload) + _HEADER.size > self._max_bytes:
                 # Retrying could never help: no amount of draining makes room for it.
                 raise PayloadTooLarge(
@@ -147,33 +183,52 @@ class WriteAheadLog:
             if self._ready_rows < rows:
                 self._lock.wait(timeout_s)
 
-    def take(self) -> tuple[list[Batch], list[int]]:
-        """Everything durable so far, and the segments it lives in (closed by this call)."""
+    def take(self, max_rows: int | None = None, max_bytes: int | None = None) -> list[Batch]:
+        """The oldest durable batches, up to ``max_rows`` rows and ``max_bytes`` bytes (at
+        least one batch). Closes the current segment if it holds any of them, so that
+        every segment a taken batch lives in can be released once inserted."""
         with self._file_lock, self._lock:
             if not self._ready:
-                return [], []
-            self._rotate_locked()
-            batches, segments = self._ready, self._segments_in_ready
-            self._ready, self._segments_in_ready, self._ready_rows = [], [], 0
-            return batches, segments
+                return []
+            taken: list[Batch] = []
+            rows = size = 0
+            for batch in self._ready:
+                if taken and (
+                    (max_rows is not None and rows + batch.rows > max_rows)
+                    or (max_bytes is not None and size + len(batch.payload) > max_bytes)
+                ):
+                    break
+                taken.append(batch)
+                rows += batch.rows
+                size += len(batch.payload)
+            del self._ready[: len(taken)]
+            self._ready_rows -= rows
+            if any(batch.segment == self._segment_number for batch in taken):
+                self._rotate_locked()
+            return taken
 
-    def give_back(self, batches: list[Batch], segments: list[int]) -> None:
+    def give_back(self, batches: list[Batch]) -> None:
         """A failed insert: the batches go back to the front, their segments stay."""
         with self._lock:
             self._ready[:0] = batches
             self._ready_rows += sum(b.rows for b in batches)
-            self._segments_in_ready[:0] = segments
 
-    def release(self, batches: list[Batch], segments: list[int]) -> None:
-        """The rows are in the store: their segments can go."""
+    def release(self, batches: list[Batch]) -> None:
+        """The rows are in the store: a closed segment whose every batch is released goes."""
+        done: list[int] = []
+        with self._lock:
+            for batch in batches:
+                left = self._outstanding.get(batch.segment, 0) - 1
+                self._outstanding[batch.segment] = left
+                if left <= 0 and batch.segment != self._segment_number:
+                    done.append(batch.segment)
+            for number in done:
+                self._outstanding.pop(number, None)
         freed = 0
-        for number in segments:
-            path = _segment_path(self._dir, number)
-            try:
-                freed += path.stat().st_size
-                path.unlink()
-            except FileNotFoundError:
-                continue
+        for number in sorted(set(done)):
+            with contextlib.suppress(FileNotFoundError):
+                _segment_path(self._dir, number).unlink()
+            freed += self._segment_bytes.pop(number, 0)
         with self._lock:
             self._unreleased_bytes = max(0, self._unreleased_bytes - freed)
 
@@ -181,10 +236,17 @@ class WriteAheadLog:
         if not self._segment_dirty:
             return  # nothing written since the last rotation: no empty segment files
         self._file.close()
-        self._segments_in_ready.append(self._segment_number)
+        closed = self._segment_number
         self._segment_number += 1
-        self._file = _segment_path(self._dir, self._segment_number).open("ab")
-        self._segment_dirty = False
+        self._open_segment()
+        if self._outstanding.get(closed, 0) <= 0:
+            # Every batch of it was released while it was still open.
+            self._outstanding.pop(closed, None)
+            with contextlib.suppress(FileNotFoundError):
+                _segment_path(self._dir, closed).unlink()
+            self._unreleased_bytes = max(
+                0, self._unreleased_bytes - self._segment_bytes.pop(closed, 0)
+            )
 
     def dead_letter(self, rows: bytes) -> Path:
         """Rows the store refuses for good (not a store outage): kept, fsynced, out of the
@@ -199,56 +261,88 @@ class WriteAheadLog:
 
     # --- group commit --------------------------------------------------------------------
     def _flush_loop(self) -> None:
-        while True:
+        try:
+            while self._flush_once():
+                pass
+        except BaseException as exc:  # the thread must not die silently: every export would hang
+            # Logged by type (a traceback could quote a payload) and reported on /healthz.
+            self._fail(f"write-ahead log thread stopped ({type(exc).__name__})")
+
+    def _fail(self, reason: str) -> None:
+        logger.error("%s; exports are refused until the collector restarts", reason)
+        with self._lock:
+            self.failure = reason
+            pending, self._incoming = self._incoming, []
+            self._lock.notify_all()
+        for _, _, future, loop in pending:
+            failure = StoreUnavailable("write-ahead log unavailable", self._retry_after_s)
+            loop.call_soon_threadsafe(_resolve, future, failure)
+
+    def _flush_once(self) -> bool:
+        with self._lock:
+            while not self._incoming and not self._closed:
+                self._lock.wait()
+            if not self._incoming and self._closed:
+                return False
+            pending, self._incoming = self._incoming, []
+        error: str | None = None
+        # The file lock is held until the batches are in ``ready``: a rotation (take) can
+        # never close a segment whose batches the writer would not receive.
+        with self._file_lock:
+            try:
+                written = 0
+                for payload, _, _, _ in pending:
+                    self._file.write(_HEADER.pack(len(payload), zlib.crc32(payload)))
+                    self._file.write(payload)
+                    written += _HEADER.size + len(payload)
+                self._file.flush()
+                if self._fsync:
+                    os.fsync(self._file.fileno())
+                self._segment_dirty = True
+            except Exception as exc:  # OSError, or ValueError on a file closed under us
+                error = getattr(exc, "strerror", None) or type(exc).__name__
+                logger.error("write-ahead log write failed: %s", error)
             with self._lock:
-                while not self._incoming and not self._closed:
-                    self._lock.wait()
-                if not self._incoming and self._closed:
-                    return
-                pending, self._incoming = self._incoming, []
-            error: OSError | None = None
-            # The file lock is held until the batches are in ``ready``: a rotation (take)
-            # can never close a segment whose batches the writer would not receive.
-            with self._file_lock:
-                try:
-                    for payload, _, _, _ in pending:
-                        self._file.write(_HEADER.pack(len(payload), zlib.crc32(payload)))
-                        self._file.write(payload)
-                    self._file.flush()
-                    if self._fsync:
-                        os.fsync(self._file.fileno())
-                    self._segment_dirty = True
-                except OSError as exc:
-                    error = exc
-                    logger.error("write-ahead log write failed: %s", exc.strerror)
-                with self._lock:
-                    if error is not None:
-                        self._recover_from_write_error()
-                    if error is None:
-                        for _, batch, _, _ in pending:
-                            self._ready.append(batch)
-                            self._ready_rows += batch.rows
-                    else:
-                        self._unreleased_bytes -= sum(len(p) + _HEADER.size for p, *_ in pending)
-                    self._lock.notify_all()
-            for _, _, future, loop in pending:
-                failure = None
                 if error is not None:
-                    failure = StoreUnavailable("write-ahead log write failed", self._retry_after_s)
-                loop.call_soon_threadsafe(_resolve, future, failure)
+                    self._recover_from_write_error()
+                    self._unreleased_bytes -= sum(len(p) + _HEADER.size for p, *_ in pending)
+                else:
+                    number = self._segment_number
+                    for _, batch, _, _ in pending:
+                        batch.segment = number
+                        self._ready.append(batch)
+                        self._ready_rows += batch.rows
+                    self._outstanding[number] = self._outstanding.get(number, 0) + len(pending)
+                    self._segment_bytes[number] = self._segment_bytes.get(number, 0) + written
+                self._lock.notify_all()
+        for _, _, future, loop in pending:
+            failure = None
+            if error is not None:
+                failure = StoreUnavailable("write-ahead log write failed", self._retry_after_s)
+            loop.call_soon_threadsafe(_resolve, future, failure)
+        return True
 
     def _recover_from_write_error(self) -> None:
         # A failed write may leave a torn record mid-segment, which would hide every later
-        # record of that segment from recovery: continue in a fresh segment.
-        with contextlib.suppress(OSError):
+        # record of that segment from recovery: continue in a fresh segment. The torn one
+        # goes when its acknowledged batches are released (or now, if it has none).
+        with contextlib.suppress(OSError, ValueError):
             self._file.close()
-        self._segments_in_ready.append(self._segment_number)
+        torn = self._segment_number
         self._segment_number += 1
         try:
-            self._file = _segment_path(self._dir, self._segment_number).open("ab")
+            self._open_segment()
         except OSError:
             logger.error("write-ahead log cannot open a new segment")
-        self._segment_dirty = False
+        if self._outstanding.get(torn, 0) <= 0:
+            self._outstanding.pop(torn, None)
+            with contextlib.suppress(OSError):
+                _segment_path(self._dir, torn).unlink()
+            self._segment_bytes.pop(torn, None)
+
+    @property
+    def alive(self) -> bool:
+        return not self.failure and (self._thread is None or self._thread.is_alive())
 
     def close(self) -> None:
         with self._lock:

@@ -1,9 +1,17 @@
 """The batch writer: moves durable batches from the write-ahead log into ClickHouse.
 
-One daemon thread inserts whatever the log holds when ``batch_max_rows`` are ready or
+One daemon thread inserts what the log holds when ``batch_max_rows`` are ready or
 ``batch_interval_s`` has passed, whichever is first, so inserts are large and at most about
-one per interval. A failed insert puts the batches back and retries with backoff; nothing
-is released from the log until it is in the store.
+one per interval. Each insert is capped at ``batch_max_rows`` rows and ``batch_max_bytes``
+bytes: after an outage the backlog (up to the log's 1 GiB) goes in as many bounded inserts,
+never one. A failed insert puts the batches back and retries with backoff; nothing is
+released from the log until it is in the store.
+
+A failure is classified by its ClickHouse error code (``store/errors.py``): only malformed
+data makes the writer split the batch and dead-letter the rows the store refuses alone;
+anything else (too many parts, a memory or time limit, the network) retries the same
+batch. The thread never dies of an unexpected error: it logs the error's type, reports
+itself unhealthy on ``/healthz`` and retries.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import threading
 import time
 
 from collector.store.client import SpanStore
+from collector.store.errors import InsertFailure, classify_insert_error, clickhouse_code
 from collector.store.wal import Batch, WriteAheadLog
 
 __all__ = ["BatchWriter"]
@@ -24,11 +33,18 @@ _MAX_BACKOFF_S = 5.0
 
 class BatchWriter:
     def __init__(
-        self, store: SpanStore, wal: WriteAheadLog, *, max_rows: int, interval_s: float
+        self,
+        store: SpanStore,
+        wal: WriteAheadLog,
+        *,
+        max_rows: int,
+        interval_s: float,
+        max_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self._store = store
         self._wal = wal
         self._max_rows = max_rows
+        self._max_bytes = max_bytes
         self._interval_s = interval_s
         self._insert_lock = threading.Lock()
         self._stop = threading.Event()
@@ -38,17 +54,26 @@ class BatchWriter:
         self.dead_lettered_rows = 0
         self.healthy = True
         self.last_error = ""
+        self.inserts = 0
+        self.transient_failures = 0
+        self.loop_errors = 0
 
     def start(self) -> None:
         self._thread.start()
 
     def flush(self) -> bool:
-        """Inserts everything durable now; True when nothing is left behind."""
+        """Inserts everything durable now, in capped inserts; True when nothing is left."""
         with self._insert_lock:
-            batches, segments = self._wal.take()
-            if not batches:
-                return True
-            return self._insert(batches, segments)
+            while True:
+                batches = self._wal.take(self._max_rows, self._max_bytes)
+                if not batches:
+                    return True
+                if not self._insert(batches):
+                    return False
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() or self._stop.is_set()
 
     def stop(self, timeout_s: float = 10.0) -> bool:
         self._stop.set()
@@ -72,31 +97,49 @@ class BatchWriter:
                 self._wal.wait_ready(self._max_rows, min(remaining, 0.25))
             if self._stop.is_set():
                 return
-            ok = self.flush()
+            try:
+                ok = self.flush()
+            except Exception as exc:  # never die: a dead writer fills the log, then refuses all
+                ok = False
+                self.loop_errors += 1
+                self.healthy = False
+                self.last_error = type(exc).__name__
+                logger.error("writer loop error (%s); retrying", self.last_error)
             backoff_s = 0.0 if ok else min(_MAX_BACKOFF_S, max(0.5, backoff_s * 2))
 
-    def _insert(self, batches: list[Batch], segments: list[int]) -> bool:
+    def _insert(self, batches: list[Batch]) -> bool:
         rows = sum(b.rows for b in batches)
+        payload = b"".join(b.payload for b in batches)
         try:
-            self._store.insert_rows(b"".join(b.payload for b in batches))
+            self._store.insert_rows(payload)
         except Exception as exc:
             self.failed_inserts += 1
-            self.last_error = type(exc).__name__
-            if not self._store_answers():
-                self._wal.give_back(batches, segments)
+            code = clickhouse_code(exc)
+            self.last_error = type(exc).__name__ + (f" (code {code})" if code else "")
+            failure = classify_insert_error(exc)
+            if failure is InsertFailure.TRANSIENT or not self._store_answers():
+                self._wal.give_back(batches)
                 self.healthy = False
+                self.transient_failures += 1
                 logger.error(
-                    "insert of %d spans failed (%s); store down, will retry", rows, self.last_error
+                    "insert of %d spans failed: %s; the same batch is retried",
+                    rows,
+                    self.last_error,
                 )
                 return False
-            # The store is up but refuses this data: find the rows it refuses, insert the rest.
+            # The store is up and refuses this data: insert it in halves until the rows it
+            # refuses are alone (malformed: dead-lettered) or the blocks are small enough.
             logger.error(
-                "the store refused a batch of %d spans (%s); isolating bad rows",
+                "the store refused a batch of %d spans: %s; isolating what it refuses",
                 rows,
                 self.last_error,
             )
-            self._insert_isolating(b"".join(b.payload for b in batches))
-        self._wal.release(batches, segments)
+            if not self._insert_isolating(payload):
+                self._wal.give_back(batches)
+                self.healthy = False
+                return False
+        self._wal.release(batches)
+        self.inserts += 1
         self.inserted_rows += rows
         self.healthy = True
         self.last_error = ""
@@ -109,25 +152,36 @@ class BatchWriter:
             return False
         return True
 
-    def _insert_isolating(self, payload: bytes) -> None:
+    def _insert_isolating(self, payload: bytes) -> bool:
         """Bisects ``payload`` (one row per line) until every row is inserted or, alone,
-        refused; refused rows go to the dead-letter file, never back into the log."""
+        refused as malformed; refused rows go to the dead-letter file, never back into the
+        log. False when a transient failure interrupts it: the caller retries the whole
+        batch later (rows inserted meanwhile are inserted again, harmlessly: the spans
+        table replaces duplicates)."""
         lines = payload.splitlines(keepends=True)
         pending = [lines]
+        dead = 0
         while pending:
             chunk = pending.pop()
             try:
                 self._store.insert_rows(b"".join(chunk))
-            except Exception:
+            except Exception as exc:
+                failure = classify_insert_error(exc)
+                if failure is InsertFailure.TRANSIENT:
+                    return False
                 if len(chunk) == 1:
+                    if failure is InsertFailure.SPLIT:
+                        return False  # one row cannot span partitions: not what it seemed
                     self._wal.dead_letter(chunk[0])
-                    self.dead_lettered_rows += 1
+                    dead += 1
                     self.inserted_rows -= 1
                     continue
                 middle = len(chunk) // 2
                 pending += [chunk[:middle], chunk[middle:]]
-        if self.dead_lettered_rows:
+        if dead:
+            self.dead_lettered_rows += dead
             logger.error(
-                "%d spans refused by the store are kept in the dead-letter file",
-                self.dead_lettered_rows,
+                "%d spans refused by the store as malformed are kept in the dead-letter file",
+                dead,
             )
+        return True

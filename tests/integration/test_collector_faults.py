@@ -1,0 +1,160 @@
+"""The collector under faults inside it (issue 12, "seen in the code"): every fault either
+heals by itself with nothing acknowledged lost, or is reported on /healthz with its reason.
+
+- a transient store error (too many parts) while the store still answers: the same batch is
+  retried, nothing is dead-lettered (it used to be bisected and dead-lettered);
+- the backlog after an outage goes in as capped inserts, never one insert of everything;
+- the write-ahead log's file failing under it (a ValueError its `except OSError` missed):
+  that export is refused retryably, the next one is stored;
+- the log's thread dying: exports are refused at once instead of hanging, /healthz says why;
+- the writer's loop meeting an unexpected error: it keeps going;
+- an ingest worker process killed: the pool is replaced, ingest goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from tests.integration.conftest import Running, start_collector
+from tests.integration.test_collector_ingest import TRACE, _grpc_export, _request, _span
+
+
+def _send(running: Running, name: str, number: int) -> grpc.StatusCode:
+    request = _request(_span(TRACE, number.to_bytes(8, "big"), name))
+    code, _, _ = _grpc_export(running, request)
+    return code
+
+
+def _health(running: Running) -> tuple[int, dict[str, Any]]:
+    answer = httpx.get(running.http_url + "/healthz")
+    body: dict[str, Any] = answer.json()
+    return answer.status_code, body
+
+
+def _names(running: Running) -> set[str]:
+    return {span["name"] for span in running.run(TRACE.hex())["spans"]}
+
+
+TOO_MANY_PARTS = (
+    "Code: 252. DB::Exception: Too many parts (3001 with average size of 10.00 KiB) in "
+    "table 'afr.otel_traces'. Merges are processing significantly slower than inserts. "
+    "(TOO_MANY_PARTS) (version 26.9.2.1)"
+)
+MEMORY_LIMIT = (
+    "Code: 241. DB::Exception: Memory limit (total) exceeded: would use 3.50 GiB. "
+    "(MEMORY_LIMIT_EXCEEDED) (version 26.9.2.1)"
+)
+
+
+@pytest.mark.parametrize("error", [TOO_MANY_PARTS, MEMORY_LIMIT], ids=["parts", "memory"])
+def test_a_transient_store_error_retries_the_batch_and_dead_letters_nothing(
+    running: Running, error: str
+) -> None:
+    running.store.transient = error
+    for number in range(1, 4):
+        assert _send(running, f"during {number}", number) == grpc.StatusCode.OK
+    assert not running.collector.flush(), "nothing can be inserted while the store refuses"
+    status, health = _health(running)
+    assert status == 503
+    assert health["problems"] == [f"store inserts failing (DatabaseError (code {error[6:9]}))"]
+    running.store.transient = None
+    assert running.collector.flush()
+    assert _names(running) == {"during 1", "during 2", "during 3"}
+    status, health = _health(running)
+    assert (status, health["problems"], health["dead_lettered_rows"]) == (200, [], 0)
+    assert not (running.settings.data_dir / "wal" / "dead-letter.jsonl").exists()
+
+
+def test_the_backlog_after_an_outage_goes_in_capped_inserts(tmp_path: Path) -> None:
+    thread, running = start_collector(tmp_path / "data", batch_max_rows=4)
+    try:
+        running.store.failing = True
+        for number in range(1, 12):
+            assert _send(running, f"queued {number}", number) == grpc.StatusCode.OK
+        running.store.failing = False
+        assert running.collector.flush()
+        assert sum(running.store.insert_sizes) == 11
+        assert max(running.store.insert_sizes) <= 4, running.store.insert_sizes
+        assert len(_names(running)) == 11
+        assert running.collector.wal.unreleased_bytes == 0, "every segment was released"
+        assert not list((running.settings.data_dir / "wal").glob("segment-*.wal"))[1:]
+    finally:
+        thread.stop()
+
+
+def test_the_log_file_failing_under_it_refuses_that_export_and_heals(running: Running) -> None:
+    assert _send(running, "before", 1) == grpc.StatusCode.OK
+    running.collector.wal._file.close()  # the next write raises ValueError, not OSError
+    assert _send(running, "refused", 2) == grpc.StatusCode.UNAVAILABLE
+    assert _send(running, "after", 3) == grpc.StatusCode.OK
+    assert running.collector.flush()
+    assert _names(running) == {"before", "after"}
+    assert _health(running)[0] == 200
+
+
+def test_a_dead_log_thread_refuses_at_once_and_says_why(running: Running) -> None:
+    wal = running.collector.wal
+
+    def die() -> bool:
+        raise SystemExit  # anything at all, even a BaseException, that ends the thread
+
+    wal._flush_once = die  # type: ignore[method-assign]
+    # The thread is waiting inside the real _flush_once: it writes this one, then meets die.
+    assert _send(running, "written", 1) == grpc.StatusCode.OK
+    wal._thread.join(5)  # type: ignore[union-attr]
+    assert not wal.alive
+    assert _send(running, "refused", 2) == grpc.StatusCode.UNAVAILABLE
+    status, health = _health(running)
+    assert status == 503
+    assert health["problems"] == ["write-ahead log thread stopped (SystemExit)"]
+    assert running.collector.flush()
+    assert _names(running) == {"written"}, "what was acknowledged is still stored"
+
+
+def test_the_writer_loop_survives_an_unexpected_error(running: Running) -> None:
+    writer = running.collector.writer
+    real_flush = writer.flush
+    calls = {"n": 0}
+
+    def flaky_flush() -> bool:
+        if threading.current_thread().name == "afr-writer":
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise KeyError("unexpected")
+        return real_flush()
+
+    writer.flush = flaky_flush  # type: ignore[method-assign]
+    assert _send(running, "later", 1) == grpc.StatusCode.OK
+    # The loop meets the error, backs off, and inserts on its own: no flush from the test.
+    running.run(TRACE.hex(), timeout_s=20)
+    assert writer.loop_errors == 1
+    assert writer.alive
+
+
+def test_a_killed_ingest_worker_is_replaced(tmp_path: Path) -> None:
+    thread, running = start_collector(tmp_path / "data", ingest_workers=1)
+    try:
+        assert _send(running, "first", 1) == grpc.StatusCode.OK
+        pool = running.collector.pipeline._pool
+        assert pool is not None
+        for process in list(pool._processes.values()):  # type: ignore[union-attr]
+            os.kill(process.pid, signal.SIGKILL)
+            process.join(10)
+        # The request that meets the broken pool is refused retryably; then ingest goes on.
+        outcomes = [_send(running, f"next {n}", n) for n in range(2, 5)]
+        assert outcomes[0] in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.OK)
+        assert outcomes[1:] == [grpc.StatusCode.OK, grpc.StatusCode.OK]
+        assert running.collector.pipeline.stats.worker_restarts == 1
+        assert {"first", "next 3", "next 4"} <= _names(running)
+        status, health = _health(running)
+        assert (status, health["pipeline"]["worker_restarts"]) == (200, 1)
+    finally:
+        thread.stop()
