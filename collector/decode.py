@@ -74,6 +74,9 @@ def decode_json(raw: bytes) -> ExportTraceServiceRequest:
     except json.JSONDecodeError as exc:
         # The decoder's own message names the problem and position, never the content.
         raise InvalidRequest(f"body is not JSON: {exc.msg} (position {exc.pos})") from None
+    except ValueError:
+        # Python's cap on integer digits (4300): a number no OTLP field can hold.
+        raise InvalidRequest("body is not OTLP/JSON: a number too long to read") from None
     except RecursionError:
         raise InvalidRequest("body is not OTLP/JSON: nested too deeply") from None
     if not isinstance(document, dict):
@@ -197,10 +200,13 @@ MIN_TIME_NS = 1_000_000_000 * 1_000_000_000
 MAX_TIME_NS = 9_214_646_400 * 1_000_000_000  # 2262-01-01
 
 
-def _bad_ids(span: Any) -> str | None:
+def _bad_ids(span: Any, earliest_ns: int, latest_ns: int) -> str | None:
     trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
-    if not MIN_TIME_NS <= span.start_time_unix_nano < MAX_TIME_NS:
+    start = span.start_time_unix_nano
+    if not MIN_TIME_NS <= start < MAX_TIME_NS:
         return "start_time_unix_nano is missing or out of range"
+    if not earliest_ns <= start <= latest_ns:
+        return "start_time_unix_nano is outside the accepted window (a broken clock?)"
     if len(trace_id) != 16 or not any(trace_id):
         return "trace_id must be 16 non-zero bytes"
     if len(span_id) != 8 or not any(span_id):
@@ -215,8 +221,14 @@ def _clamp(stamp: int, fallback: int) -> int:
 
 
 def to_records(
-    request: ExportTraceServiceRequest, project_id: str, ingested_ns: int
+    request: ExportTraceServiceRequest,
+    project_id: str,
+    ingested_ns: int,
+    window: tuple[int, int] | None = None,
 ) -> DecodeResult:
+    """Spans as records; a span with bad ids or a start outside ``window`` (earliest,
+    latest; unix ns) is rejected on its own and counted, never stored."""
+    earliest_ns, latest_ns = window or (MIN_TIME_NS, MAX_TIME_NS)
     records: list[SpanRecord] = []
     rejected = 0
     first_reason = ""
@@ -227,7 +239,7 @@ def to_records(
             scope_name = scope_spans.scope.name
             scope_version = scope_spans.scope.version
             for span in scope_spans.spans:
-                reason = _bad_ids(span)
+                reason = _bad_ids(span, earliest_ns, latest_ns)
                 if reason is None:
                     for link in span.links:
                         if len(link.trace_id) != 16 or len(link.span_id) != 8:

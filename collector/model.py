@@ -9,6 +9,7 @@ so the original attributes can always be put back together (``original_attribute
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "SPAN_TYPES",
     "SpanRecord",
     "encode_rows",
+    "escape_surrogates",
     "merged_attributes",
 ]
 
@@ -115,6 +117,20 @@ def merged_attributes(
     if output_key:
         merged[output_key] = output_body
     return merged
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate written back as its JSON escape (``\\ud800``).
+
+    JSON (and Python literals) may carry one escaped in perfectly valid UTF-8; parsed, it is
+    a str that is not UTF-8, which no row, log line or response can hold. Whatever a processor
+    derives from parsed text passes through here; in JSON text the escape means the same."""
+    if text.isascii():
+        return text
+    return _LONE_SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
 # (ClickHouse column, SpanRecord field). The order is the insert order.

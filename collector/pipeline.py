@@ -78,11 +78,18 @@ class PipelineStats:
 
 
 def process_request(
-    processors: list[tuple[str, Processor]], raw: bytes, as_json: bool, project_id: str, now_ns: int
+    processors: list[tuple[str, Processor]],
+    raw: bytes,
+    as_json: bool,
+    project_id: str,
+    now_ns: int,
+    window_ns: tuple[int, int] | None = None,
 ) -> ProcessedRequest:
-    """Decode, run the processors, encode. Raises InvalidRequest on an undecodable body."""
+    """Decode, run the processors, encode. Raises InvalidRequest on an undecodable body.
+    ``window_ns`` (before, after now) bounds the spans' start times."""
     request = decode_json(raw) if as_json else decode_protobuf(raw)
-    decoded = to_records(request, project_id, now_ns)
+    window = (now_ns - window_ns[0], now_ns + window_ns[1]) if window_ns else None
+    decoded = to_records(request, project_id, now_ns, window)
     records = decoded.records
     for _, processor in processors:
         records = processor(records)
@@ -125,8 +132,10 @@ def _exit_with_parent(parent: int, interval_s: float = 0.5) -> None:
     os._exit(0)
 
 
-def _work(raw: bytes, as_json: bool, project_id: str, now_ns: int) -> ProcessedRequest:
-    return process_request(_worker_processors, raw, as_json, project_id, now_ns)
+def _work(
+    raw: bytes, as_json: bool, project_id: str, now_ns: int, window_ns: tuple[int, int] | None
+) -> ProcessedRequest:
+    return process_request(_worker_processors, raw, as_json, project_id, now_ns, window_ns)
 
 
 def _ready() -> bool:
@@ -143,6 +152,7 @@ class Pipeline:
         workers: int = 0,
         processor_factory: ProcessorFactory | None = None,
         retry_after_s: float = 1.0,
+        window_ns: tuple[int, int] | None = None,
     ) -> None:
         self._processors = processors
         self._wal = wal
@@ -152,6 +162,8 @@ class Pipeline:
         self._pool_lock = threading.Lock()
         self._workers = workers
         self._retry_after_s = retry_after_s
+        self._window_ns = window_ns
+        """How far before and after now a span may start (None: the store's whole range)."""
         self.failure = ""
         """Why ingest cannot work (the worker pool cannot restart), else empty."""
         if workers > 0:
@@ -210,7 +222,7 @@ class Pipeline:
             pool = self._pool
             try:
                 processed = await loop.run_in_executor(
-                    pool, _work, raw, as_json, project_id, now_ns
+                    pool, _work, raw, as_json, project_id, now_ns, self._window_ns
                 )
             except BrokenProcessPool:
                 await asyncio.to_thread(self._replace_pool, pool)
@@ -219,10 +231,18 @@ class Pipeline:
                 ) from None
         elif len(raw) >= _OFFLOAD_BYTES:
             processed = await asyncio.to_thread(
-                process_request, self._processors, raw, as_json, project_id, now_ns
+                process_request,
+                self._processors,
+                raw,
+                as_json,
+                project_id,
+                now_ns,
+                self._window_ns,
             )
         else:
-            processed = process_request(self._processors, raw, as_json, project_id, now_ns)
+            processed = process_request(
+                self._processors, raw, as_json, project_id, now_ns, self._window_ns
+            )
         if processed.rows:
             await self._wal.append(Batch(processed.payload, processed.rows))
         self.stats.spans_accepted += processed.rows

@@ -79,7 +79,10 @@ class Collector:
         settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         if store is None:
             clickhouse = ClickHouseStore(
-                settings.store_dsn, settings.database, ttl_days=settings.ttl_days
+                settings.store_dsn,
+                settings.database,
+                ttl_days=settings.ttl_days,
+                max_partitions_per_insert=settings.max_partitions_per_insert,
             )
             clickhouse.migrate()
             clickhouse.set_model_prices(settings.model_prices)
@@ -108,6 +111,7 @@ class Collector:
             workers=settings.ingest_workers if processors is None else 0,
             processor_factory=functools.partial(default_processors, settings),
             retry_after_s=settings.retry_after_s,
+            window_ns=settings.span_window_ns,
         )
         self.reader = RunReader(
             store,

@@ -46,6 +46,14 @@ class CollectorSettings(BaseSettings):
     retry_after_s: float = Field(default=2.0, gt=0, le=5)
     """Retry hint for UNAVAILABLE/503; short, since OTLP clients give up after ~10 s."""
     ttl_days: int | None = Field(default=None, ge=1)
+    """Spans (and run summaries) older than this many days are dropped; a change applies to
+    the existing tables at the next start."""
+    max_span_age_days: int = Field(default=30, ge=0)
+    """A span that started longer ago than this is rejected on its own (a broken clock, or
+    data that would spread one insert over years of partitions); 0: no bound (backfills).
+    With ``ttl_days`` set, the smaller of the two applies."""
+    max_span_future_s: float = Field(default=86_400.0, ge=0)
+    """How far in the future a span may start (clock skew)."""
 
     ingest_workers: int = Field(default=0, ge=0, le=64)
     """Processes that decode, normalize, redact and encode (0: in the collector process).
@@ -122,6 +130,26 @@ class CollectorSettings(BaseSettings):
         if self.clickhouse_url:
             return self.clickhouse_url
         return f"chdb://{(self.data_dir / 'chdb').resolve()}"
+
+    @property
+    def span_window_ns(self) -> tuple[int, int] | None:
+        """(before, after) now that a span's start may lie; None: the store's whole range."""
+        days = min(
+            [d for d in (self.max_span_age_days, self.ttl_days) if d],
+            default=0,
+        )
+        if not days:
+            return None
+        return days * 86_400 * 1_000_000_000, int(self.max_span_future_s * 1_000_000_000)
+
+    @property
+    def max_partitions_per_insert(self) -> int:
+        """ClickHouse's guard against an insert spread over many daily partitions, sized to
+        the accepted window (0: unbounded, when the window is)."""
+        window = self.span_window_ns
+        if window is None:
+            return 0
+        return (window[0] + window[1]) // (86_400 * 1_000_000_000) + 3
 
     @property
     def wal_dir(self) -> Path:

@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 
-from collector.model import SpanRecord
+from collector.model import SpanRecord, escape_surrogates
 from collector.processors.tool_calls import link_tool_calls, native_tool_call_id
 from exporter.semconv import RUN_KINDS
 
@@ -150,21 +150,22 @@ def render_template(template: str, attributes: Mapping[str, str]) -> str:
 
 
 def _wrapped_message(text: str) -> str | None:
-    """The ``message`` of an SDK error sent whole: JSON (Logfire) or a dict repr (OpenLLMetry)."""
+    """The ``message`` of an SDK error sent whole: JSON (Logfire) or a dict repr (OpenLLMetry),
+    with any lone surrogate its escape decoded to escaped again (collector/model.py)."""
     if text.startswith("{"):
         try:
             parsed = json.loads(text)
         except (ValueError, RecursionError):
             parsed = None
         if isinstance(parsed, dict) and isinstance(parsed.get("message"), str):
-            return str(parsed["message"])
+            return escape_surrogates(parsed["message"])
         match = _DICT_MESSAGE.match(text)
         if match:
             try:
                 literal = ast.literal_eval(match.group(1))
             except (ValueError, SyntaxError, MemoryError, RecursionError):
                 return None
-            return literal if isinstance(literal, str) else None
+            return escape_surrogates(literal) if isinstance(literal, str) else None
     return None
 
 

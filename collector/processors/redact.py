@@ -40,7 +40,7 @@ from urllib.parse import unquote
 
 import re2
 
-from collector.model import SpanRecord
+from collector.model import SpanRecord, escape_surrogates
 from collector.processors.providers import PROVIDER_DETECTORS, REPLACED_RULES
 from collector.processors.rules import (
     DETECTORS,
@@ -73,6 +73,15 @@ _PSEUDONYM_CACHE = 16_384
 _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
 # Our own output: never scanned again (a replay sends stored, pseudonymized text back in).
 _PSEUDONYM = r"<[a-z0-9_]{1,64}:[0-9a-f]{12}>"
+_IS_PSEUDONYM = re.compile(_PSEUDONYM).fullmatch
+_PSEUDONYMS = re.compile(_PSEUDONYM)
+
+
+def _named(key: str) -> str:
+    """What a key names, without the pseudonyms in it: a key that held a secret is stored
+    with its pseudonym, whose label (``<secret:…>``, ``<aws_access_key:…>``) names no key."""
+    return _PSEUDONYMS.sub("", key) if "<" in key else key
+
 # A base64 run long enough to hold a credential (or any bytes value the decoder kept as
 # "base64:…"); tried last, so a detector matching at the same place (an Azure key) wins.
 _BASE64_BLOB = r"base64:[A-Za-z0-9+/]{4,}={0,2}|(?:\b|[+/])[A-Za-z0-9+/]{31,}={0,2}"
@@ -197,7 +206,8 @@ class Redactor:
                 label, keyed = "secret", _AUTH_SCHEME.sub("", value.strip(), count=1)
             else:
                 label, keyed = rule, canonical(value) if canonical is not None else value.strip()
-            digest = hmac.new(self._secret, keyed.encode(), hashlib.sha256).hexdigest()
+            raw = keyed.encode("utf-8", "surrogatepass")  # text, as scanned (see _scan_text)
+            digest = hmac.new(self._secret, raw, hashlib.sha256).hexdigest()
             cached = f"<{label}:{digest[:12]}>"
             if len(self._pseudonyms) >= _PSEUDONYM_CACHE:
                 self._pseudonyms.clear()
@@ -255,11 +265,14 @@ class Redactor:
         are content: a user's e-mail, a PEM used as a key)."""
         if key in self.config.allow_keys:
             known = _ALLOWED
-        elif is_sensitive_key(key, self._extra_keys):
+        elif is_sensitive_key(_named(key), self._extra_keys):
             known = _SECRET
         else:
             known = _SCAN
-        holds_secret = len(key) >= _MIN_SCAN_CHARS and self._scan.search(key) is not None
+        try:
+            holds_secret = len(key) >= _MIN_SCAN_CHARS and self._scan.search(key) is not None
+        except UnicodeEncodeError:  # a lone surrogate: RE2 takes UTF-8 only; scanned as bytes
+            holds_secret = True
         if len(self._key_classes) > 65_536:
             self._key_classes.clear()
         self._key_classes[key] = (known, holds_secret)
@@ -289,7 +302,10 @@ class Redactor:
         return out
 
     def _replace_whole(self, value: str, where: str, fired: list[str]) -> str:
-        """A value under a sensitive key, whatever it looks like: one pseudonym."""
+        """A value under a sensitive key, whatever it looks like: one pseudonym (a pseudonym
+        already is one: it is stored again as it is, as a replay sends it back)."""
+        if _IS_PSEUDONYM(value):
+            return value
         rule, secret = self._known_secret("sensitive_key", value)
         self._count(fired, f"{where}:{rule}", rule)
         return self.pseudonym(rule, secret)
@@ -298,9 +314,12 @@ class Redactor:
         """(rule, value) of a value found by its context, relabelled when the whole value is
         a secret some value detector recognises."""
         stripped = value.strip()
-        if len(stripped) < _MIN_SCAN_CHARS or re2.fullmatch(_PSEUDONYM, stripped):
+        if len(stripped) < _MIN_SCAN_CHARS or _IS_PSEUDONYM(stripped):
             return rule, value
-        match = self._pattern.fullmatch(stripped)
+        try:
+            match = self._pattern.fullmatch(stripped)
+        except UnicodeEncodeError:  # a lone surrogate: no value detector matches one
+            return rule, value
         if match is None:
             return rule, value
         inner = self._full.rule_of_group.get(match.lastindex or 0)
@@ -319,7 +338,14 @@ class Redactor:
                 self._process(slot, fired)
             return
         view = _escape_view(joined)
-        first = self._scan.search(view) if len(view) >= _MIN_SCAN_CHARS else None
+        try:
+            first = self._scan.search(view) if len(view) >= _MIN_SCAN_CHARS else None
+        except UnicodeEncodeError:
+            # A lone surrogate (the decoders never hand one over): RE2 takes UTF-8 only, so
+            # each text is looked at on its own, as bytes (or fails closed).
+            for slot in slots:
+                self._process(slot, fired)
+            return
         if first is None:
             return
         starts: list[int] = []
@@ -376,7 +402,11 @@ class Redactor:
                 walked = self._walk(document, where + "$", fired, depth)
                 if len(fired) == before:
                     return text
-                return json.dumps(walked, ensure_ascii=False, separators=(",", ":"))
+                # A lone surrogate arrived escaped ("\ud800") and leaves escaped: raw, the
+                # text would not be UTF-8 and no row could hold it.
+                return escape_surrogates(
+                    json.dumps(walked, ensure_ascii=False, separators=(",", ":"))
+                )
         return self._redact_text(text, where, fired)
 
     def _walk(self, node: Any, path: str, fired: list[str], depth: int) -> Any:
@@ -438,7 +468,7 @@ class Redactor:
             return False
         if isinstance(value, str) and value in self.config.allow_values:
             return False
-        return is_sensitive_key(key, self._extra_keys)
+        return is_sensitive_key(_named(key), self._extra_keys)
 
     def _redact_text(self, text: str, where: str, fired: list[str]) -> str:
         if "%" not in text or self._decode_depth >= _MAX_DECODE_DEPTH:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collector.model import SpanRecord
+from collector.model import SpanRecord, escape_surrogates
 
 __all__ = ["ToolCall", "history_calls", "link_tool_calls", "native_tool_call_id", "requested_calls"]
 
@@ -88,7 +88,8 @@ def _json(text: str | None) -> Any:
 def _call(call_id: Any, name: Any, arguments: Any) -> ToolCall | None:
     if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
         return None
-    return ToolCall(call_id, name, canonical_arguments(arguments))
+    # Parsed from JSON or a repr: an escaped lone surrogate stays escaped in the stored id.
+    return ToolCall(escape_surrogates(call_id), name, canonical_arguments(arguments))
 
 
 def _repr_calls(text: str) -> list[ToolCall]:

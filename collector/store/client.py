@@ -7,12 +7,13 @@ thread and the read API share it.
 
 from __future__ import annotations
 
+import re
 import threading
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from collector.model import COLUMN_NAMES, ROW_FORMAT
-from collector.store.schema import MODEL_PRICES_TABLE, SPANS_TABLE, migrations
+from collector.store.schema import MODEL_PRICES_TABLE, RUNS_TABLE, SPANS_TABLE, migrations
 
 __all__ = ["ClickHouseStore", "SpanStore"]
 
@@ -30,7 +31,14 @@ class SpanStore(Protocol):
 
 
 class ClickHouseStore:
-    def __init__(self, dsn: str, database: str = "afr", *, ttl_days: int | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        database: str = "afr",
+        *,
+        ttl_days: int | None = None,
+        max_partitions_per_insert: int = 0,
+    ) -> None:
         import clickhouse_connect
 
         self.database = database
@@ -38,6 +46,7 @@ class ClickHouseStore:
         self._lock = threading.Lock()
         self._client = clickhouse_connect.get_client(dsn=dsn)
         self._ttl_days = ttl_days
+        self._max_partitions = max_partitions_per_insert
 
     def migrate(self) -> list[int]:
         """Applies the migrations this store has not seen; returns their versions."""
@@ -67,7 +76,31 @@ class ClickHouseStore:
                     column_names=["Version", "Description", "AppliedAt"],
                 )
                 applied.append(migration.version)
+            self._apply_ttl()
         return applied
+
+    def _apply_ttl(self) -> None:
+        """Makes the tables' TTL match ``ttl_days`` (set, changed or removed since the
+        tables were created): the DDL only sets it at creation."""
+        for table, column in ((SPANS_TABLE, "Timestamp"), (RUNS_TABLE, "Start")):
+            rows = self._client.query(
+                "SELECT engine_full FROM system.tables WHERE database = {d:String} "
+                "AND name = {t:String}",
+                parameters={"d": self.database, "t": table},
+            ).result_rows
+            if not rows:
+                continue
+            match = re.search(r"TTL toDateTime\(\w+\) \+ toIntervalDay\((\d+)\)", rows[0][0])
+            current = int(match.group(1)) if match else None
+            if current == self._ttl_days:
+                continue
+            if self._ttl_days is None:
+                self._client.command(f"ALTER TABLE {self.database}.{table} REMOVE TTL")
+            else:
+                self._client.command(
+                    f"ALTER TABLE {self.database}.{table} MODIFY TTL "
+                    f"toDateTime({column}) + toIntervalDay({int(self._ttl_days)})"
+                )
 
     def set_model_prices(self, prices: dict[str, tuple[float, float]]) -> None:
         """Makes ``model_prices`` hold exactly ``prices`` (USD per million tokens)."""
@@ -90,8 +123,9 @@ class ClickHouseStore:
                 list(COLUMN_NAMES),
                 insert_block=payload,
                 fmt=ROW_FORMAT,
-                # A batch may span many days (late or replayed data): one insert, many parts.
-                settings={"max_partitions_per_insert_block": 0},
+                # Sized to the window of accepted start times; a block spread wider (the log
+                # recovered after a long outage) is refused and the writer splits it.
+                settings={"max_partitions_per_insert_block": self._max_partitions},
             )
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
