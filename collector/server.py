@@ -83,6 +83,7 @@ class Collector:
                 settings.database,
                 ttl_days=settings.ttl_days,
                 max_partitions_per_insert=settings.max_partitions_per_insert,
+                fsync_parts=settings.store_fsync,
             )
             clickhouse.migrate()
             clickhouse.set_model_prices(settings.model_prices)

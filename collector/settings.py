@@ -43,6 +43,10 @@ class CollectorSettings(BaseSettings):
     wal_max_bytes: int = Field(default=1024 * MiB, ge=MiB)
     """Acknowledged-but-not-inserted data the log may hold before exports are refused."""
     wal_fsync: bool = True
+    store_fsync: bool = True
+    """Inserted parts are fsynced before their log segment is deleted (so an acknowledged
+    span survives an OS crash or power loss, not only a killed process). Measured cost:
+    ~10-30% per insert of 4k rows on this machine's disk; inserts run ~1/s in the background."""
     retry_after_s: float = Field(default=2.0, gt=0, le=5)
     """Retry hint for UNAVAILABLE/503; short, since OTLP clients give up after ~10 s."""
     ttl_days: int | None = Field(default=None, ge=1)

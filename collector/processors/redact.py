@@ -82,6 +82,7 @@ def _named(key: str) -> str:
     with its pseudonym, whose label (``<secret:…>``, ``<aws_access_key:…>``) names no key."""
     return _PSEUDONYMS.sub("", key) if "<" in key else key
 
+
 # A base64 run long enough to hold a credential (or any bytes value the decoder kept as
 # "base64:…"); tried last, so a detector matching at the same place (an Azure key) wins.
 _BASE64_BLOB = r"base64:[A-Za-z0-9+/]{4,}={0,2}|(?:\b|[+/])[A-Za-z0-9+/]{31,}={0,2}"

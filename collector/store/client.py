@@ -13,7 +13,13 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from collector.model import COLUMN_NAMES, ROW_FORMAT
-from collector.store.schema import MODEL_PRICES_TABLE, RUNS_TABLE, SPANS_TABLE, migrations
+from collector.store.schema import (
+    MODEL_PRICES_TABLE,
+    RUNS_TABLE,
+    SPANS_TABLE,
+    TRACE_ID_TS_TABLE,
+    migrations,
+)
 
 __all__ = ["ClickHouseStore", "SpanStore"]
 
@@ -38,6 +44,7 @@ class ClickHouseStore:
         *,
         ttl_days: int | None = None,
         max_partitions_per_insert: int = 0,
+        fsync_parts: bool = False,
     ) -> None:
         import clickhouse_connect
 
@@ -47,6 +54,7 @@ class ClickHouseStore:
         self._client = clickhouse_connect.get_client(dsn=dsn)
         self._ttl_days = ttl_days
         self._max_partitions = max_partitions_per_insert
+        self._fsync_parts = fsync_parts
 
     def migrate(self) -> list[int]:
         """Applies the migrations this store has not seen; returns their versions."""
@@ -77,7 +85,20 @@ class ClickHouseStore:
                 )
                 applied.append(migration.version)
             self._apply_ttl()
+            self._apply_durability()
         return applied
+
+    def _apply_durability(self) -> None:
+        """An insert returns only once its parts (and their directories) are fsynced when
+        ``fsync_parts``: the collector deletes a log segment as soon as its insert returns,
+        so without it an OS crash could lose acknowledged spans. The tables the
+        materialized views fill are written by the same insert, and get the same."""
+        flag = int(self._fsync_parts)
+        for table in (SPANS_TABLE, RUNS_TABLE, TRACE_ID_TS_TABLE):
+            self._client.command(
+                f"ALTER TABLE {self.database}.{table} MODIFY SETTING "
+                f"fsync_after_insert = {flag}, fsync_part_directory = {flag}"
+            )
 
     def _apply_ttl(self) -> None:
         """Makes the tables' TTL match ``ttl_days`` (set, changed or removed since the

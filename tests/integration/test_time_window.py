@@ -120,3 +120,18 @@ def test_an_insert_over_too_many_partitions_is_split_not_lost(tmp_path: Path) ->
     assert stored == len(spans)
     wal.close()
     store.close()
+
+
+def test_inserted_parts_are_fsynced_unless_turned_off(tmp_path: Path) -> None:
+    from collector.settings import CollectorSettings
+
+    assert CollectorSettings().store_fsync, "on by default"
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+    for fsync in (True, False, True):
+        store = ClickHouseStore(dsn, "durable", fsync_parts=fsync)
+        store.migrate()
+        for table in ("otel_traces", "runs", "otel_traces_trace_id_ts"):
+            engine = _ttl(store, table)
+            assert f"fsync_after_insert = {int(fsync)}" in engine, engine
+            assert f"fsync_part_directory = {int(fsync)}" in engine, engine
+        store.close()
