@@ -75,6 +75,8 @@ class PipelineStats:
     failed_closed: int = 0
     truncated_spans: int = 0
     worker_restarts: int = 0
+    refused_busy: int = 0
+    """Requests refused (retryably) because too many bytes were in flight."""
 
 
 def process_request(
@@ -153,6 +155,7 @@ class Pipeline:
         processor_factory: ProcessorFactory | None = None,
         retry_after_s: float = 1.0,
         window_ns: tuple[int, int] | None = None,
+        max_inflight_bytes: int | None = None,
     ) -> None:
         self._processors = processors
         self._wal = wal
@@ -163,6 +166,9 @@ class Pipeline:
         self._workers = workers
         self._retry_after_s = retry_after_s
         self._window_ns = window_ns
+        self._max_inflight = max_inflight_bytes
+        self._inflight = 0
+        self.inflight_peak = 0
         """How far before and after now a span may start (None: the store's whole range)."""
         self.failure = ""
         """Why ingest cannot work (the worker pool cannot restart), else empty."""
@@ -215,6 +221,28 @@ class Pipeline:
         """Durable on return. Raises InvalidRequest, or StoreUnavailable when the data cannot
         be made durable."""
         self.stats.requests += 1
+        # The memory limiter (as the OTel Collector's): bytes of requests being decoded and
+        # processed are bounded; beyond, refuse at once with a retryable status rather than
+        # queue and grow. One request is always admitted, so any request within
+        # max_request_bytes can get through.
+        size = len(raw)
+        if (
+            self._max_inflight is not None
+            and self._inflight
+            and (self._inflight + size > self._max_inflight)
+        ):
+            self.stats.refused_busy += 1
+            raise StoreUnavailable(
+                "collector is busy (too much data in flight); retry", self._retry_after_s
+            )
+        self._inflight += size
+        self.inflight_peak = max(self.inflight_peak, self._inflight)
+        try:
+            return await self._ingest(raw, as_json, project_id)
+        finally:
+            self._inflight -= size
+
+    async def _ingest(self, raw: bytes, as_json: bool, project_id: str) -> IngestResult:
         now_ns = self._clock_ns()
         processed: Any
         if self._pool is not None:

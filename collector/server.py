@@ -113,6 +113,7 @@ class Collector:
             processor_factory=functools.partial(default_processors, settings),
             retry_after_s=settings.retry_after_s,
             window_ns=settings.span_window_ns,
+            max_inflight_bytes=settings.max_inflight_bytes,
         )
         self.reader = RunReader(
             store,

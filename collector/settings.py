@@ -32,6 +32,10 @@ class CollectorSettings(BaseSettings):
 
     max_request_bytes: int = Field(default=64 * MiB, ge=1024)
     """Largest accepted export, measured after decompression."""
+    max_inflight_bytes: int = Field(default=256 * MiB, ge=MiB)
+    """Request bytes being decoded and processed at once; more is refused with a retry hint
+    (UNAVAILABLE / 503), one request is always let through. Decoding costs a few times a
+    request's size, so this bounds the collector's working memory."""
     auth_enabled: bool = True
     """False serves every request as project ``default``: local experiments only."""
 

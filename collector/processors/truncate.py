@@ -60,18 +60,21 @@ def cut_name(value: str, limit: int) -> str | None:
     return f"{keep}…[{SENTINEL_KEY} {len(raw)} bytes sha256:{digest}]"
 
 
-def sentinel(value: str, preview_bytes: int) -> str:
+def sentinel(value: str, preview_bytes: int, max_bytes: int | None = None) -> str:
+    """The sentinel of ``value``; with ``max_bytes``, its preview is cut further until the
+    whole sentinel fits (JSON escapes a control character in six bytes)."""
     raw = value.encode("utf-8", "surrogatepass")
-    preview = raw[:preview_bytes].decode("utf-8", "ignore")
-    return json.dumps(
-        {
-            SENTINEL_KEY: True,
-            "original_bytes": len(raw),
-            "sha256": hashlib.sha256(raw).hexdigest(),
-            "preview": preview,
-        },
-        ensure_ascii=False,
-    )
+    digest = hashlib.sha256(raw).hexdigest()
+    while True:
+        preview = raw[:preview_bytes].decode("utf-8", "ignore")
+        text = json.dumps(
+            {SENTINEL_KEY: True, "original_bytes": len(raw), "sha256": digest, "preview": preview},
+            ensure_ascii=False,
+        )
+        excess = 0 if max_bytes is None else len(text.encode()) - max_bytes
+        if excess <= 0 or not preview:
+            return text
+        preview_bytes = max(0, len(preview.encode()) - excess)
 
 
 class Truncator:
@@ -147,7 +150,7 @@ class Truncator:
         if len(value) * 4 <= limit or len(value.encode("utf-8", "surrogatepass")) <= limit:
             return None
         self.truncated_values += 1
-        return sentinel(value, min(self.config.preview_bytes, max(0, limit - 200)))
+        return sentinel(value, min(self.config.preview_bytes, max(0, limit - 200)), limit)
 
     def _surely_fits(self, record: SpanRecord, maps: list[dict[str, str]]) -> bool:
         # No encoding needed to know most spans fit: n characters are at most 4n UTF-8 bytes.
@@ -178,22 +181,28 @@ class Truncator:
         for mapping in maps:
             if any(len(key) * 4 > name_limit for key in mapping):
                 changed = self._bound_keys(mapping) or changed
+        originals: dict[str, str] = {}  # sentinel -> the value it stands for
         for name in ("input", "output"):
-            cut = self._cut(getattr(record, name), self._limit(name))
+            value = getattr(record, name)
+            cut = self._cut(value, self._limit(name))
             if cut is not None:
                 setattr(record, name, cut)
+                originals[cut] = value
                 changed = True
         for mapping in maps:
             for key, value in mapping.items():
                 cut = self._cut(value, self._limit(key))
                 if cut is not None:
                     mapping[key] = cut
+                    originals[cut] = value
                     changed = True
-        changed = self._fit_span(record, maps) or changed
+        changed = self._fit_span(record, maps, originals) or changed
         if changed:
             record.truncated = True
 
-    def _fit_span(self, record: SpanRecord, maps: list[dict[str, str]]) -> bool:
+    def _fit_span(
+        self, record: SpanRecord, maps: list[dict[str, str]], originals: dict[str, str]
+    ) -> bool:
         limit = self.config.max_span_bytes
         sizes: list[tuple[int, str, dict[str, str] | None]] = [
             (len(record.input), "input", None),
@@ -204,8 +213,8 @@ class Truncator:
         total = sum(size for size, _, _ in sizes)
         if total * 4 <= limit:
             return False
-        total = len(record.input.encode()) + len(record.output.encode())
-        total += sum(len(k.encode()) + len(v.encode()) for m in maps for k, v in m.items())
+        total = _size(record.input) + _size(record.output)
+        total += sum(_size(k) + _size(v) for m in maps for k, v in m.items())
         if total <= limit:
             return False
         changed = False
@@ -213,10 +222,12 @@ class Truncator:
             if total <= limit:
                 break
             value: str = getattr(record, name) if owner is None else owner[name]
-            replacement = sentinel(value, min(self.config.preview_bytes, 256))
+            # A value cut above gets a smaller sentinel of its original, never one of a sentinel.
+            source = originals.get(value, value)
+            replacement = sentinel(source, min(self.config.preview_bytes, 256))
             if len(replacement) >= len(value):
                 continue
-            total -= len(value.encode()) - len(replacement.encode())
+            total -= _size(value) - _size(replacement)
             if owner is None:
                 setattr(record, name, replacement)
             else:
@@ -224,3 +235,8 @@ class Truncator:
             self.truncated_values += 1
             changed = True
         return changed
+
+
+def _size(text: str) -> int:
+    # As sentinels measure text: a lone surrogate (never from the decoders) counts its 3 bytes.
+    return len(text.encode("utf-8", "surrogatepass"))

@@ -158,3 +158,92 @@ def test_a_killed_ingest_worker_is_replaced(tmp_path: Path) -> None:
         assert (status, health["pipeline"]["worker_restarts"]) == (200, 1)
     finally:
         thread.stop()
+
+
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_the_memory_limiter_refuses_retryably_while_too_much_is_in_flight(
+    tmp_path: Path, transport: str
+) -> None:
+    """One large request is held mid-processing; a second that would pass the in-flight
+    bound is refused at once (UNAVAILABLE / 503 with a retry hint), counted, and goes
+    through once the first is done."""
+    from collector.processors.normalize import normalize
+    from collector.server import CollectorThread
+    from collector.settings import CollectorSettings
+
+    entered, release = threading.Event(), threading.Event()
+
+    def held(records: list[Any]) -> list[Any]:
+        if any(record.span_name == "held" for record in records):
+            entered.set()
+            release.wait(30)
+        return records
+
+    settings = CollectorSettings(
+        data_dir=tmp_path / "data",
+        grpc_port=0,
+        http_port=0,
+        max_inflight_bytes=1024 * 1024,
+        max_span_age_days=0,
+        auth_enabled=False,
+    )
+    blob = "b" * (300 * 1024)  # over 256 KiB: processed off the event loop
+    big = [
+        _request(_span(TRACE, bytes([n]) * 8, name), big_attribute=blob)
+        for n, name in ((1, "held"), (2, "second"))
+    ]
+    sizes = [len(r.SerializeToString()) for r in big]
+    assert sizes[0] + sizes[1] > 0 and sizes[0] < 1024 * 1024
+    thread = CollectorThread(settings, processors=[("held", held), ("normalize", normalize)])
+    collector = thread.__enter__()
+    try:
+
+        def send(request: Any) -> Any:
+            if transport == "grpc":
+                with grpc.insecure_channel(f"127.0.0.1:{collector.grpc_port}") as channel:
+                    call = channel.unary_unary(
+                        "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+                    )
+                    try:
+                        call(request.SerializeToString(), timeout=30)
+                        return "OK", {}
+                    except grpc.RpcError as error:
+                        return error.code().name, dict(error.trailing_metadata() or ())
+            answer = httpx.post(
+                f"http://127.0.0.1:{collector.http_port}/v1/traces",
+                content=request.SerializeToString(),
+                headers={"content-type": "application/x-protobuf"},
+                timeout=30,
+            )
+            return answer.status_code, dict(answer.headers)
+
+        first: dict[str, Any] = {}
+        sender = threading.Thread(target=lambda: first.update(result=send(big[0])))
+        sender.start()
+        assert entered.wait(30), "the first request is being processed"
+        # Fill the bound: a third request of ~1 MiB would pass it with the first in flight.
+        filler = _request(_span(TRACE, bytes([3]) * 8, "filler"), big_attribute="f" * (900 * 1024))
+        code, headers = send(filler)
+        if transport == "grpc":
+            assert code == "UNAVAILABLE"
+            assert "google.rpc.retryinfo-bin" in headers
+        else:
+            assert code == 503 and "retry-after" in headers
+        assert collector.pipeline.stats.refused_busy == 1
+        release.set()
+        sender.join(30)
+        assert first["result"][0] in ("OK", 200)
+        # Retried, it goes through.
+        assert send(filler)[0] in ("OK", 200)
+        assert collector.flush()
+        stored = {
+            row[0]
+            for row in collector.store.query(
+                "SELECT SpanName FROM {db}.otel_traces FINAL WHERE TraceId = {t:String}",
+                {"t": TRACE.hex()},
+            )
+        }
+        assert stored == {"held", "filler"}
+    finally:
+        release.set()
+        thread.stop()
