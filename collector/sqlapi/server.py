@@ -178,8 +178,9 @@ class SqlInterface:
             prepared = await self._run(plan)
         except SqlError as error:
             return self._error(error, query_id)
-        except Exception:
-            logger.exception("unexpected error in the SQL interface")
+        except Exception as exc:
+            # The type only: a message or traceback could quote the query or span content.
+            logger.error("unexpected %s in the SQL interface", type(exc).__name__)
             return self._error(SqlError(Code.UNKNOWN_EXCEPTION, "internal error"), query_id)
         self.stats.served += 1
         headers = {"X-ClickHouse-Query-Id": plan.options.query_id or query_id, **prepared.headers}

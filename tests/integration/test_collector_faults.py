@@ -247,3 +247,33 @@ def test_the_memory_limiter_refuses_retryably_while_too_much_is_in_flight(
     finally:
         release.set()
         thread.stop()
+
+
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_an_unexpected_error_is_logged_without_its_content(
+    running: Running, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    content = "span content: card 4111 1111 1111 1111 in a message"
+
+    async def explode(raw: bytes, as_json: bool, project_id: str) -> Any:
+        raise RuntimeError(content)
+
+    running.collector.pipeline.ingest_bytes = explode  # type: ignore[method-assign]
+    request = _request(_span(TRACE, bytes([7]) * 8, "x"))
+    if transport == "grpc":
+        code, error, _ = _grpc_export(running, request)
+        assert code == grpc.StatusCode.INTERNAL
+        assert content not in error.details()
+    else:
+        answer = httpx.post(
+            running.http_url + "/v1/traces",
+            content=request.SerializeToString(),
+            headers={**running.headers(), "content-type": "application/x-protobuf"},
+        )
+        assert answer.status_code == 500 and content not in answer.text
+    logged = "\n".join(
+        record.getMessage() + (str(record.exc_info) if record.exc_info else "")
+        for record in caplog.records
+    )
+    assert "unexpected RuntimeError" in logged
+    assert "4111" not in logged and "span content" not in logged
