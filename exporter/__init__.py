@@ -11,6 +11,7 @@ it, removes the SDK's default processor that uploads traces to OpenAI.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agents.tracing import add_trace_processor, set_trace_processors
@@ -80,9 +81,11 @@ def build_processor(
     *,
     span_exporter: SpanExporter | None = None,
     resource_attributes: dict[str, str] | None = None,
+    retry_wait: Callable[[float], None] | None = None,
 ) -> AfrTracingProcessor:
     """A processor that is not registered anywhere: for callers that manage the SDK's
-    processor list themselves (and for tests)."""
+    processor list themselves (and for tests, which may inject ``retry_wait``: how the
+    worker waits between retries of a failed batch)."""
     settings = settings or ExporterSettings()
     attributes: dict[str, Any] = {
         "afr.exporter.version": __version__,
@@ -100,6 +103,9 @@ def build_processor(
         max_export_batch=settings.max_export_batch,
         schedule_delay_s=settings.schedule_delay_s,
         shutdown_timeout_s=settings.shutdown_timeout_s,
+        retry_initial_s=settings.retry_initial_s,
+        retry_max_s=settings.retry_max_s,
+        retry_wait=retry_wait,
     )
 
 
@@ -107,6 +113,7 @@ def install(
     *,
     span_exporter: SpanExporter | None = None,
     resource_attributes: dict[str, str] | None = None,
+    retry_wait: Callable[[float], None] | None = None,
     **settings: Any,
 ) -> AfrTracingProcessor:
     """Registers the afr bridge with the Agents SDK and returns its processor.
@@ -118,7 +125,10 @@ def install(
     global _installed
     resolved = ExporterSettings(**settings)
     processor = build_processor(
-        resolved, span_exporter=span_exporter, resource_attributes=resource_attributes
+        resolved,
+        span_exporter=span_exporter,
+        resource_attributes=resource_attributes,
+        retry_wait=retry_wait,
     )
     previous = _installed
     if resolved.keep_openai_uploader:

@@ -16,8 +16,12 @@ usually the agent's event loop):
   look-up for every other span). ``on_span_end`` of such a span enqueues it with the numbers
   of itself and its parent, so a later run under the same trace id cannot mix them up.
 - One daemon worker thread converts (``SpanConverter``) and exports batches through the
-  OpenTelemetry OTLP exporter, which retries within its own timeout. A batch that still
-  fails is counted as dropped; nothing ever raises into the agent.
+  OpenTelemetry OTLP exporter, which retries within its own timeout, honouring the
+  server's RetryInfo / Retry-After hints. A batch that still fails is kept and tried again
+  with exponential backoff (``retry_initial_s`` doubling to ``retry_max_s``) for as long
+  as it takes: a collector down for minutes gets every span when it returns. Spans held
+  meanwhile (the batch and the queue) stay within ``max_queue_spans``: beyond, new spans are
+  dropped and counted. Nothing ever raises into the agent.
 - ``force_flush`` and ``shutdown`` wait for the worker at most until their deadline. At the
   deadline, shutdown aborts the exporter's retries and counts what was left as dropped.
 """
@@ -29,6 +33,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -74,6 +79,9 @@ class ExporterStats:
     dropped_conversion_failed: int
     dropped_at_shutdown: int
     queued: int
+    """Spans held: in the queue, or in a batch waiting to be retried."""
+    retries: int = 0
+    """Retries of the batch now failing (0 when none is)."""
 
     @property
     def dropped(self) -> int:
@@ -97,8 +105,20 @@ class AfrTracingProcessor(TracingProcessor):
         max_export_batch: int,
         schedule_delay_s: float,
         shutdown_timeout_s: float,
+        retry_initial_s: float = 0.5,
+        retry_max_s: float = 30.0,
+        retry_wait: Callable[[float], None] | None = None,
     ) -> None:
         self._exporter = span_exporter
+        self._retry_initial_s = retry_initial_s
+        self._retry_max_s = retry_max_s
+        self._stop_waiting = threading.Event()
+        self._retry_wait = retry_wait or self._stop_waiting.wait
+        """Waits between retries of a failed batch; returns early at shutdown. Injected by
+        tests, which then never sleep."""
+        self._pending: list[ReadableSpan] = []
+        self._pending_lock = threading.Lock()
+        self._retries = 0
         self._converter = converter
         self._max_queue = max_queue_spans
         self._max_batch = max_export_batch
@@ -202,7 +222,7 @@ class AfrTracingProcessor(TracingProcessor):
     def on_span_end(self, span: Span[Any]) -> None:
         queue = self._queue
         self._enqueue_attempts += 1
-        if len(queue) < self._max_queue:
+        if len(queue) + len(self._pending) < self._max_queue:
             queue.append(self._numbered(span) if self._ordinals else span)
             if len(queue) == self._max_batch:
                 self._wake.set()
@@ -233,7 +253,8 @@ class AfrTracingProcessor(TracingProcessor):
             dropped_export_failed=self._export_failed,
             dropped_conversion_failed=self._conversion_failed,
             dropped_at_shutdown=self._dropped_at_shutdown,
-            queued=len(self._queue),
+            queued=len(self._queue) + len(self._pending),
+            retries=self._retries,
         )
 
     def force_flush(self, timeout_s: float | None = None) -> bool:  # type: ignore[override]
@@ -241,13 +262,13 @@ class AfrTracingProcessor(TracingProcessor):
         budget = self._shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
         with self._idle:
-            while (self._queue or self._busy) and self._worker.is_alive():
+            while (self._queue or self._pending or self._busy) and self._worker.is_alive():
                 self._wake.set()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._idle.wait(min(remaining, 0.05))
-        return not self._queue
+        return not self._queue and not self._pending
 
     def shutdown(self, timeout: float | None = None) -> None:
         """Drains within ``timeout`` seconds (default ``shutdown_timeout_s``), then stops.
@@ -264,6 +285,10 @@ class AfrTracingProcessor(TracingProcessor):
         self._worker.join(budget)
         if self._worker.is_alive():
             self._abandoned = True
+            self._stop_waiting.set()
+            with self._pending_lock:
+                self._dropped_at_shutdown += len(self._pending)
+                self._pending = []
             # Popped one by one, so a span is counted exactly once whichever thread takes it;
             # a trace-end marker stands for the workflow root span, a trace-start for none.
             while True:
@@ -294,17 +319,20 @@ class AfrTracingProcessor(TracingProcessor):
         while True:
             self._wake.wait(self._delay_s)
             self._wake.clear()
-            while self._queue and not self._abandoned:
+            while (self._queue or self._pending) and not self._abandoned:
                 self._busy = True
                 self._export_one_batch()
             self._busy = False
             with self._idle:
                 self._idle.notify_all()
             self._log_new_drops()
-            if (self._stopping and not self._queue) or self._abandoned:
+            if (self._stopping and not self._queue and not self._pending) or self._abandoned:
                 return
 
     def _export_one_batch(self) -> None:
+        if self._pending:
+            self._retry_pending()
+            return
         queue = self._queue
         batch: list[ReadableSpan] = []
         while queue and len(batch) < self._max_batch and not self._abandoned:
@@ -322,15 +350,44 @@ class AfrTracingProcessor(TracingProcessor):
                 batch.append(converted)
         if not batch:
             return
+        if self._send(batch):
+            self._exported += len(batch)
+            return
+        with self._pending_lock:
+            if self._abandoned:
+                self._dropped_at_shutdown += len(batch)
+            else:
+                self._pending = batch  # kept: retried with backoff until it goes through
+
+    def _send(self, batch: list[ReadableSpan]) -> bool:
         try:
             result = self._exporter.export(batch)
         except Exception:
             logger.debug("afr exporter: the OTLP exporter raised", exc_info=True)
-            result = SpanExportResult.FAILURE
-        if result is SpanExportResult.SUCCESS:
-            self._exported += len(batch)
-        else:
-            self._export_failed += len(batch)
+            return False
+        return result is SpanExportResult.SUCCESS
+
+    def _retry_pending(self) -> None:
+        self._retries += 1
+        delay = min(self._retry_max_s, self._retry_initial_s * 2 ** min(self._retries - 1, 30))
+        if not self._stopping:
+            # At shutdown the deadline is what bounds the retries, not the backoff.
+            self._retry_wait(delay)
+        if self._abandoned:
+            return
+        with self._pending_lock:
+            batch = self._pending
+        ok = self._send(batch)
+        with self._pending_lock:
+            if self._pending is not batch:  # counted as dropped by shutdown meanwhile
+                if ok:
+                    self._dropped_at_shutdown -= len(batch)
+                    self._exported += len(batch)
+                return
+            if ok:
+                self._exported += len(batch)
+                self._pending = []
+                self._retries = 0
 
     def _convert(self, item: Any) -> ReadableSpan | None:
         if isinstance(item, tuple):

@@ -51,6 +51,10 @@ class ExporterSettings(BaseSettings):
     max_export_batch: int = Field(default=DEFAULT_MAX_EXPORT_BATCH, ge=1)
     schedule_delay_s: float = Field(default=DEFAULT_SCHEDULE_DELAY_S, gt=0)
     shutdown_timeout_s: float = Field(default=DEFAULT_SHUTDOWN_TIMEOUT_S, ge=0)
+    retry_initial_s: float = Field(default=0.5, gt=0)
+    """A batch the collector did not take is retried after this, doubling each time..."""
+    retry_max_s: float = Field(default=30.0, gt=0)
+    """...up to this; it is kept until it goes through (or the process exits)."""
     capture_content: bool = Field(
         default=True,
         validation_alias=AliasChoices(

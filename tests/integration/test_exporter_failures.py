@@ -35,20 +35,149 @@ def _run_incident_with(
     return processor, elapsed
 
 
-def test_collector_down_run_completes_spans_retried_then_counted_dropped() -> None:
+def test_collector_down_run_completes_spans_held_then_counted_dropped_at_exit() -> None:
     port = free_port()  # nothing listens here
+    waits: list[float] = []
     processor, run_s = _run_incident_with(
-        {"endpoint": f"http://127.0.0.1:{port}", "timeout_s": 1.5, "schedule_delay_s": 0.05}
+        {
+            "endpoint": f"http://127.0.0.1:{port}",
+            "timeout_s": 0.3,
+            "schedule_delay_s": 0.05,
+            "retry_wait": waits.append,  # retries at once, recording the backoff asked for
+        }
     )
     assert run_s < 5, "the agent is not held up by a dead collector"
-    assert processor.force_flush(10)
+    assert not processor.force_flush(1), "nothing can be delivered"
+    stats = processor.stats
+    assert stats.queued == SPANS_IN_INCIDENT and stats.retries >= 1 and stats.dropped == 0
     started = time.monotonic()
-    processor.shutdown(timeout=2)
-    assert time.monotonic() - started < 2.5
+    processor.shutdown(timeout=1)
+    assert time.monotonic() - started < 1.5, "exit waits no longer than the deadline"
     stats = processor.stats
     assert stats.exported == 0
-    assert stats.dropped_export_failed + stats.dropped_at_shutdown == SPANS_IN_INCIDENT
+    assert stats.dropped_at_shutdown == SPANS_IN_INCIDENT
     assert exporter.stats() == stats
+
+
+def _grpc_sink(port: int, recorder: _Recorder) -> grpc.Server:
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(recorder), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    return server
+
+
+def test_a_collector_down_for_minutes_gets_every_span_when_it_returns() -> None:
+    """Down for six backoff rounds (0.5 + 1 + 2 + 4 + 8 + 16 s: over half a minute had the
+    waits been real), then up: every span arrives, nothing is dropped, and the waits grew
+    exponentially to the cap. The waits are injected: no test time is spent sleeping."""
+    port = free_port()
+    recorder = _Recorder()
+    servers: list[grpc.Server] = []
+    waits: list[float] = []
+
+    def wait(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 6:
+            servers.append(_grpc_sink(port, recorder))  # the collector is back
+
+    processor, run_s = _run_incident_with(
+        {
+            "endpoint": f"http://127.0.0.1:{port}",
+            "timeout_s": 0.3,
+            "schedule_delay_s": 0.05,
+            "retry_max_s": 10,
+            "retry_wait": wait,
+        }
+    )
+    try:
+        assert run_s < 5
+        assert processor.force_flush(30)
+    finally:
+        for server in servers:
+            server.stop(grace=None)
+    assert waits[:6] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0]
+    assert len(recorder.spans()) == SPANS_IN_INCIDENT
+    assert processor.stats.exported == SPANS_IN_INCIDENT and processor.stats.dropped == 0
+    processor.shutdown(timeout=1)
+
+
+def test_while_the_collector_is_down_spans_beyond_the_bound_are_counted_dropped() -> None:
+    port = free_port()
+    recorder = _Recorder()
+    servers: list[grpc.Server] = []
+    ran = threading.Event()
+
+    def wait(seconds: float) -> None:
+        if ran.is_set() and not servers:
+            servers.append(_grpc_sink(port, recorder))
+
+    processor, _ = _run_incident_with(
+        {
+            "endpoint": f"http://127.0.0.1:{port}",
+            "timeout_s": 0.3,
+            "schedule_delay_s": 0.05,
+            "max_queue_spans": 5,
+            "max_export_batch": 5,
+            "retry_wait": wait,
+        }
+    )
+    ran.set()
+    try:
+        assert processor.force_flush(30)
+    finally:
+        for server in servers:
+            server.stop(grace=None)
+    stats = processor.stats
+    assert stats.exported + stats.dropped_queue_full == SPANS_IN_INCIDENT
+    assert stats.dropped_queue_full > 0 and stats.exported >= 5
+    assert len(recorder.spans()) == stats.exported
+    processor.shutdown(timeout=1)
+
+
+class _UnavailableThenOk(_Servicer):
+    """Answers UNAVAILABLE with a RetryInfo of 0.4 s twice, then takes the batch."""
+
+    def __init__(self, recorder: _Recorder) -> None:
+        super().__init__(recorder)
+        self.attempts: list[float] = []
+
+    def Export(self, request: Any, context: Any) -> Any:
+        from google.protobuf.duration_pb2 import Duration
+        from google.rpc import error_details_pb2
+
+        self.attempts.append(time.monotonic())
+        if len(self.attempts) <= 2:
+            info = error_details_pb2.RetryInfo(retry_delay=Duration(nanos=400_000_000))
+            context.set_trailing_metadata((("google.rpc.retryinfo-bin", info.SerializeToString()),))
+            context.abort(grpc.StatusCode.UNAVAILABLE, "busy (test)")
+        return super().Export(request, context)
+
+
+def test_unavailable_with_retry_info_is_retried_after_the_hint() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    recorder = _Recorder()
+    servicer = _UnavailableThenOk(recorder)
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        processor, run_s = _run_incident_with(
+            {"endpoint": f"http://127.0.0.1:{port}", "timeout_s": 10, "schedule_delay_s": 0.05}
+        )
+        assert run_s < 5
+        assert processor.force_flush(10)
+    finally:
+        server.stop(grace=None)
+    assert len(recorder.spans()) == SPANS_IN_INCIDENT
+    gaps = [b - a for a, b in zip(servicer.attempts, servicer.attempts[1:], strict=False)]
+    # Two refusals, each followed by a wait of the hint (later attempts: later batches).
+    assert len(gaps) >= 2 and all(gap >= 0.39 for gap in gaps[:2]), gaps
+    processor.shutdown(timeout=1)
 
 
 def test_collector_that_comes_up_late_receives_every_span_through_retries() -> None:
