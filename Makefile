@@ -30,7 +30,7 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy afr exporter collector replay_worker
+	$(BIN)/mypy afr exporter collector replay_worker testbed
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

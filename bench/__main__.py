@@ -5,7 +5,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from bench import collector_bench, eval_bench, exporter_bench, read_bench, worker_bench
+from bench import (
+    collector_bench,
+    eval_bench,
+    exporter_bench,
+    read_bench,
+    testbed_bench,
+    worker_bench,
+)
 
 BENCHES: dict[str, Callable[[], object]] = {
     "exporter": exporter_bench.main,
@@ -13,6 +20,7 @@ BENCHES: dict[str, Callable[[], object]] = {
     "worker": worker_bench.main,
     "eval": eval_bench.main,
     "read": read_bench.main,
+    "testbed": testbed_bench.main,
 }
 
 

@@ -20,6 +20,7 @@
                         any overrun; from the state store, so any worker on it answers.
 ``GET /healthz``        the day's spend and overrun, jobs by state, the replay pool; 503
                         with the reason when jobs are not being run.
+``GET /openapi.json``   this API's OpenAPI document (replay_worker/openapi.py).
 
 Jobs run in a bounded pool of replay processes (``AFR_WORKER_CONCURRENCY``). Each reads its
 run only through the collector's read API and writes its replay only as OTLP through afr's
@@ -47,6 +48,7 @@ from starlette.routing import Route
 from replay_worker.client import CollectorClient, CollectorUnavailable, RunNotFound
 from replay_worker.hooks.signature import SignatureError, verify
 from replay_worker.jobs import JobRunner
+from replay_worker.openapi import OPENAPI
 from replay_worker.pool import ChildConfig
 from replay_worker.scheduler import ProcessSweepExecutor, SweepScheduler, parse_schedule
 from replay_worker.settings import WorkerSettings
@@ -58,6 +60,21 @@ logger = logging.getLogger("afr.worker")
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 _MAX_HOOK_BYTES = 1024 * 1024
+
+
+def _json_body(body: bytes) -> Any:
+    """A hook's JSON body. JSON nested deeper than Python parses, or holding text that is not
+    UTF-8 (an escaped lone surrogate: no state store, log or response can hold it), is
+    refused as malformed (ValueError: 400), never a 500."""
+    try:
+        payload = json.loads(body)
+    except RecursionError:
+        raise ValueError("the body is nested too deeply") from None
+    try:
+        json.dumps(payload, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise ValueError("the body holds text that is not UTF-8 (a lone surrogate)") from None
+    return payload
 
 
 class ReplayWorker:
@@ -121,7 +138,7 @@ class ReplayWorker:
             return signed
         webhook_id, body = signed
         try:
-            payload = json.loads(body)
+            payload = _json_body(body)
             run_id = str(payload["run_id"]).lower().removeprefix("trace_")
             model = payload.get("model")
             stubs = payload.get("stubs") or {}
@@ -150,7 +167,7 @@ class ReplayWorker:
             return signed
         _, body = signed
         try:
-            payload = json.loads(body)
+            payload = _json_body(body)
             run_id = str(payload["replay_run_id"]).lower().removeprefix("trace_")
             if not _RUN_ID.match(run_id):
                 raise ValueError("replay_run_id must be 32 hex digits")
@@ -190,7 +207,7 @@ class ReplayWorker:
             return signed
         webhook_id, body = signed
         try:
-            payload = json.loads(body) if body.strip() else {}
+            payload = _json_body(body) if body.strip() else {}
             if not isinstance(payload, dict):
                 raise ValueError("the body is a JSON object")
             label = payload.get("slot", webhook_id)
@@ -234,6 +251,9 @@ class ReplayWorker:
             body["error"] = failure
         return JSONResponse(body, status_code=200 if failure is None else 503)
 
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(OPENAPI)
+
     def app(self) -> Starlette:
         return Starlette(
             routes=[
@@ -243,6 +263,7 @@ class ReplayWorker:
                 Route("/sweeps/{sweep_id}", self.sweep, methods=["GET"]),
                 Route("/jobs/{job_id}", self.job, methods=["GET"]),
                 Route("/healthz", self.health, methods=["GET"]),
+                Route("/openapi.json", self.openapi, methods=["GET"]),
             ]
         )
 

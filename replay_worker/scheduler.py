@@ -131,8 +131,11 @@ class Schedule:
             moment = datetime.fromisoformat(label)
         except ValueError:
             return manual_slot(label)
-        if moment.tzinfo is not None and self.is_instant(moment.astimezone(UTC)):
-            return self.slot(moment)
+        try:
+            if moment.tzinfo is not None and self.is_instant(moment.astimezone(UTC)):
+                return self.slot(moment)
+        except OverflowError:  # at the edge of what a datetime holds: no instant of ours
+            pass
         return manual_slot(label)
 
 

@@ -26,8 +26,12 @@ _RUN = {
         "agents": {"type": "array", "items": {"type": "string"}},
         "input_tokens": {"type": "integer"},
         "output_tokens": {"type": "integer"},
+        "cost_usd": {"type": "number", "description": "tokens priced by model (AFR_MODEL_PRICES)"},
         "kind": {"type": "string", "enum": list(RUN_KINDS)},
-        "source_run_id": {"type": "string"},
+        "source_run_id": {"type": ["string", "null"], "description": "the run replayed"},
+        "verdict": {"type": ["string", "null"], "description": "a replay's or eval's verdict"},
+        "eval_name": {"type": ["string", "null"]},
+        "sweep_id": {"type": ["string", "null"]},
     },
 }
 _ERROR = {"type": "object", "properties": {"error": {"type": "string"}}}

@@ -193,7 +193,7 @@ class RunsApi:
             kind = query.get("kind")
             if kind is not None and kind not in RUN_KINDS:
                 raise ValueError(f"kind must be one of {', '.join(RUN_KINDS)}")
-            cursor = decode_cursor(query["cursor"]) if query.get("cursor") else None
+            cursor = _cursor(query["cursor"]) if query.get("cursor") else None
             source = query.get("source_run_id", "").lower().removeprefix("trace_") or None
             if source is not None and not re.fullmatch(r"[0-9a-f]{32}", source):
                 raise ValueError("source_run_id must be 32 hex digits")
@@ -252,6 +252,13 @@ class RunsApi:
         if isinstance(loaded, Response):
             return loaded
         return JSONResponse(otlp_json(loaded[1]))
+
+
+def _cursor(text: str) -> tuple[int, str]:
+    try:
+        return decode_cursor(text)
+    except RecursionError:  # base64 of JSON nested deeper than Python parses
+        raise ValueError("invalid cursor") from None
 
 
 def _time_param(name: str, value: str | None, default_ns: int) -> int:

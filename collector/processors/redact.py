@@ -442,8 +442,10 @@ class Redactor:
             return out
         if isinstance(node, list):
             if len(node) == 2 and isinstance(node[0], str) and self._secret_value(node[0], node[1]):
-                # A [name, value] pair, as headers often travel.
-                return [node[0], self._replace_json(node[1], f"{path}[1]", fired)]
+                # A [name, value] pair, as headers often travel. The name is text like any
+                # other ("Set-Cookie: sid=..." names a sensitive key and holds secrets too).
+                name = self._walk(node[0], f"{path}[0]", fired, depth + 1)
+                return [name, self._replace_json(node[1], f"{path}[1]", fired)]
             return [
                 self._walk(value, f"{path}[{index}]", fired, depth + 1)
                 for index, value in enumerate(node)
@@ -578,7 +580,8 @@ class Redactor:
         return self.pseudonym("base64_blob", blob.decode("ascii"))
 
     def _count(self, fired: list[str], entry: str, rule: str) -> None:
-        fired.append(entry)
+        # A path may name a JSON key that held an escaped lone surrogate: escaped again.
+        fired.append(escape_surrogates(entry))
         self.stats.redactions += 1
         self.stats.by_rule[rule] = self.stats.by_rule.get(rule, 0) + 1
 

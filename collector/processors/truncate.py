@@ -210,7 +210,7 @@ class Truncator:
         ]
         for mapping in maps:
             sizes.extend((len(value), key, mapping) for key, value in mapping.items())
-        total = sum(size for size, _, _ in sizes)
+        total = sum(size for size, _, _ in sizes) + sum(len(k) for m in maps for k in m)
         if total * 4 <= limit:
             return False
         total = _size(record.input) + _size(record.output)

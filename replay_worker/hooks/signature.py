@@ -57,12 +57,13 @@ def verify(
     signatures = headers.get("webhook-signature")
     if not webhook_id or not stamp or not signatures:
         raise SignatureError("missing webhook-id, webhook-timestamp or webhook-signature header")
+    current = time.time() if now is None else now
     try:
         timestamp = int(stamp)
-    except ValueError:
+        stale = abs(current - timestamp) > tolerance_s
+    except (ValueError, OverflowError):  # not a number; or one no float can be compared with
         raise SignatureError("webhook-timestamp is not unix seconds") from None
-    current = time.time() if now is None else now
-    if abs(current - timestamp) > tolerance_s:
+    if stale:
         raise SignatureError("webhook-timestamp is outside the allowed window")
     expected = sign(secret, webhook_id, timestamp, body).split(",", 1)[1].encode()
     for candidate in signatures.split():

@@ -1,0 +1,28 @@
+"""Hypothesis profiles of the fuzz tests (tests/fuzz/).
+
+``ci`` (the default): bounded so the whole folder runs in well under a minute on a 2-core
+machine, derandomized so a CI run is reproducible, no example database. ``deep``
+(``HYPOTHESIS_PROFILE=deep``): fifty times the examples, random, with the database, for a
+long hunt (``pytest tests/fuzz --hypothesis-show-statistics`` prints the inputs tried per
+target). Each test asks ``fuzz_settings(n)`` (tests/fuzz/strategies.py) for n examples under
+``ci``, scaled by the profile.
+
+The name ``ci`` is Hypothesis's own profile, loaded for the whole session when ``CI`` is set:
+this one keeps its settings (derandomize, no deadline, no database) and only adds the health
+checks big generated inputs trip, so tests outside this folder run as they did.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+
+_BIG_INPUTS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+
+settings.register_profile("ci", settings.get_profile("ci"), suppress_health_check=_BIG_INPUTS)
+settings.register_profile(
+    "deep",
+    max_examples=5000,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[*_BIG_INPUTS, HealthCheck.filter_too_much],
+)
