@@ -248,9 +248,11 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?:[A-Za-z][A-Za-z0-9_.-]{1,40}(?:\s|\\[nrt])+)?"
         r"(?P<authorization_header__value>[A-Za-z0-9._~+/=:%&,-]{6,})",
     ),
+    # The value never starts with a space: "Cookie: <secret:…>" (stored, sent back in by a
+    # replay) would otherwise match from the space, and lose it to a second pseudonym.
     Detector(
         "cookie_header",
-        r"(?i:\b(?:set-)?cookie)[\"']?\s*[:=]\s*[\"']?(?P<cookie_header__value>[^\r\n\"'\\<\x00][^\r\n\"'\\\x00]{5,})",
+        r"(?i:\b(?:set-)?cookie)[\"']?\s*[:=]\s*[\"']?(?P<cookie_header__value>[^\s\"'\\<\x00][^\r\n\"'\\\x00]{5,})",
     ),
     Detector(
         "url_credentials",
