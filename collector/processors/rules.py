@@ -212,6 +212,9 @@ _FILE_EXTENSIONS = frozenset(
     ]
 )
 
+_AUTH_SCHEMES = frozenset(
+    {"bearer", "digest", "apikey", "negotiate", "flyv1", "sharedaccesssignature"}
+)
 _SEP = r"[ .\x{00a0}-]"  # separators inside numbers, incl. the no-break space
 # Key names (not secrets) that announce a secret value in text.
 _PASSWORD_KEYS = (
@@ -247,6 +250,8 @@ DETECTORS: tuple[Detector, ...] = (
         # credential, which is what is replaced.
         r"(?:[A-Za-z][A-Za-z0-9_.-]{1,40}(?:\s|\\[nrt])+)?"
         r"(?P<authorization_header__value>[A-Za-z0-9._~+/=:%&,-]{6,})",
+        # The scheme word alone is no credential: "Bearer <secret:…>" is one already replaced.
+        _whole(lambda value: value.lower() not in _AUTH_SCHEMES),
     ),
     # The value never starts with a space: "Cookie: <secret:…>" (stored, sent back in by a
     # replay) would otherwise match from the space, and lose it to a second pseudonym.
@@ -256,12 +261,14 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "url_credentials",
-        r"\b[a-zA-Z][a-zA-Z0-9+.-]*:(?://|\\/\\/)(?P<url_credentials__value>[^\s/:@\"'\\\x00]*:[^\s/@\"'\\\x00]+)@",
+        r"\b[a-zA-Z][a-zA-Z0-9+.-]*:(?://|\\/\\/)"
+        r"(?P<url_credentials__value>(?:[^\s/:@\"'\\<\x00][^\s/:\"'\\\x00]*)?:[^\s/@\"'\\<\x00][^\s/@\"'\\\x00]*)@",
     ),
-    # curl -u user:password, --user=user:password
+    # curl -u user:password, --user=user:password: the pair, as in a URL (the user may be an
+    # e-mail address, which a narrower match would hide from the e-mail rule).
     Detector(
         "cli_credentials",
-        r"(?:^|\s)(?:-u|--user)[= ]+['\"]?[^\s:'\"\x00]+:(?P<cli_credentials__value>[^\s'\"\x00]{3,})",
+        r"(?:^|\s)(?:-u|--user)[= ]+['\"]?(?P<cli_credentials__value>[^\s:'\"<\x00][^\s:'\"\x00]*:[^\s'\"<\x00][^\s'\"\x00]{2,})",
     ),
     # "password: x", "DB_PASSWORD=x", "'api_key': 'x'", '"secret":"x"', "pwd=x&" in text,
     # logs, env dumps, reprs, query strings, YAML or broken JSON; the whole value is replaced:

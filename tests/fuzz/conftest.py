@@ -14,6 +14,8 @@ checks big generated inputs trip, so tests outside this folder run as they did.
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, settings
 
 _BIG_INPUTS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
@@ -26,3 +28,7 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[*_BIG_INPUTS, HealthCheck.filter_too_much],
 )
+
+# Reproducible unless asked otherwise: a fresh clone without the CI variable would otherwise
+# run random examples, and a suite must not pass or fail by the draw.
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
