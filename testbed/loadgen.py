@@ -477,6 +477,10 @@ def _grpc_refusal(error: Any) -> Answer:
         if code is grpc.StatusCode.UNAVAILABLE:
             return Answer(Outcome.NO_ANSWER, detail=detail)
         return Answer(Outcome.TOO_LARGE, detail=detail)
+    if code in (grpc.StatusCode.CANCELLED, grpc.StatusCode.ABORTED):
+        # Retryable in OTLP: what a collector that is stopping answers a call it had not
+        # acknowledged. Not acknowledged, so sent again.
+        return Answer(Outcome.NO_ANSWER, detail=detail)
     outcome = {
         grpc.StatusCode.INVALID_ARGUMENT: Outcome.INVALID,
         grpc.StatusCode.UNAUTHENTICATED: Outcome.UNAUTHENTICATED,

@@ -7,9 +7,11 @@ long hunt (``pytest tests/fuzz --hypothesis-show-statistics`` prints the inputs 
 target). Each test asks ``fuzz_settings(n)`` (tests/fuzz/strategies.py) for n examples under
 ``ci``, scaled by the profile.
 
-The name ``ci`` is Hypothesis's own profile, loaded for the whole session when ``CI`` is set:
-this one keeps its settings (derandomize, no deadline, no database) and only adds the health
-checks big generated inputs trip, so tests outside this folder run as they did.
+The name ``ci`` is Hypothesis's own profile (which it loads when ``CI`` is set): this one
+keeps its settings (derandomize, no deadline, no database) and only adds the health checks
+big generated inputs trip. It is loaded for the session unless ``HYPOTHESIS_PROFILE`` names
+another, so the other Hypothesis tests of a run that collects this folder are derandomized
+too.
 """
 
 from __future__ import annotations

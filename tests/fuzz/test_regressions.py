@@ -197,3 +197,37 @@ def test_a_cookie_header_redacted_once_stays_as_it_is() -> None:
     assert once["note"].startswith("Set-Cookie: <secret:")
     redactor([span])
     assert span.span_attributes == once
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345",  # the scheme word was taken
+        "curl -u admin:hunter2hunter2 https://x",  # "admin:<secret:…>" matched again
+        "dsn=postgres://user:pw12345678@db.internal:5432/x",  # "<secret:…>" holds a colon
+    ],
+)
+def test_credentials_redacted_once_stay_as_they_are(text: str) -> None:
+    span = record(span_attributes={"note": text})
+    redactor = _redactor()
+    redactor([span])
+    once = dict(span.span_attributes)
+    redactor([span])
+    assert span.span_attributes == once
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # An e-mail address as the user: the URL rule stopped at the "@", and the e-mail
+        # rule replaced only the address.
+        "postgres://bob@example.com:pw12345678@host/db",
+        # The CLI rule replaced only the password, hiding the address from the e-mail rule.
+        "curl -u bob@example.com:pw12345678 https://x",
+    ],
+)
+def test_credentials_with_an_email_as_user_go_whole(text: str) -> None:
+    span = record(span_attributes={"note": text})
+    _redactor()([span])
+    assert "pw12345678" not in span.span_attributes["note"]
+    assert "bob@example.com" not in span.span_attributes["note"]
