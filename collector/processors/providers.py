@@ -498,7 +498,8 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     Detector(
         "azure_connection_string",
         r"\bSharedAccessKey[ \t]*=[ \t]*(?P<azure_connection_string__value>[A-Za-z0-9+/]{42,43}=)"
-        r"|\bSharedAccessSignature[ =](?P<azure_connection_string__value2>[^;\"'\s\x00]{20,})",
+        # Not from "<": "SharedAccessSignature=<secret:…>" is one already replaced.
+        r"|\bSharedAccessSignature[ =](?P<azure_connection_string__value2>[^;\"'\s<\x00][^;\"'\s\x00]{19,})",
     ),
     # A SAS URL's signature: sv=<date>&...&sig=<url-encoded base64 HMAC> (th azuresastoken).
     Detector(
@@ -577,7 +578,9 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(  # nfp_<36> (th netlify v2, cs); legacy after "netlify" (gl, th)
         "netlify_token",
-        r"\bnfp_[A-Za-z0-9]{36}\b|" + _keyed("netlify_token", r"netlify", r"[A-Za-z0-9_-]{43,45}"),
+        # No \b after the legacy value: one that ends in "-" has none before a quote (as okta).
+        r"\bnfp_[A-Za-z0-9]{36}\b|"
+        + _keyed("netlify_token", r"netlify", r"[A-Za-z0-9_-]{43,45}", suffix=""),
         _random_part(lambda value: value.removeprefix("nfp_"), 64),
     ),
     Detector(  # sbp_<40 hex> (th supabasetoken, cs); sb_secret_ keys (Supabase, 2025)

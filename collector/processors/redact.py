@@ -271,7 +271,9 @@ class Redactor:
         else:
             known = _SCAN
         try:
-            holds_secret = len(key) >= _MIN_SCAN_CHARS and self._scan.search(key) is not None
+            # Seen as the values are (_scan_slots): after "\n" in JSON text, a word starts.
+            view = _escape_view(key)
+            holds_secret = len(key) >= _MIN_SCAN_CHARS and self._scan.search(view) is not None
         except UnicodeEncodeError:  # a lone surrogate: RE2 takes UTF-8 only; scanned as bytes
             holds_secret = True
         if len(self._key_classes) > 65_536:

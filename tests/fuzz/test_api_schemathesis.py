@@ -56,7 +56,7 @@ CHECKS = [
     response_schema_conformance,
 ]
 _SETTINGS = fuzz_settings(
-    15, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+    10, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
 )
 SECRET = generate_secret()
 

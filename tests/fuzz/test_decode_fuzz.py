@@ -283,7 +283,7 @@ def _check_record(record: SpanRecord, fields: dict[str, Any]) -> None:
     assert record.link_trace_ids == [t.hex() for t, _, _, _ in fields["links"]]
 
 
-@fuzz_settings(40)
+@fuzz_settings(30)
 @given(requests())
 def test_to_records_keeps_well_formed_spans_and_counts_the_rest(
     drawn: tuple[ExportTraceServiceRequest, list[dict[str, Any]]],
@@ -302,7 +302,7 @@ def _comparable(record: SpanRecord) -> str:
     return json.dumps({**span_json(record), "ingested": None}, sort_keys=True)
 
 
-@fuzz_settings(40)
+@fuzz_settings(30)
 @given(requests(kept=True))
 def test_kept_spans_round_trip_through_the_read_apis_otlp_json(
     drawn: tuple[ExportTraceServiceRequest, list[dict[str, Any]]],
@@ -356,7 +356,7 @@ def _mutate(raw: bytes, mutations: list[tuple[str, int, bytes]]) -> bytes:
     return bytes(data)
 
 
-@fuzz_settings(100)
+@fuzz_settings(60)
 @given(requests(), _MUTATIONS)
 def test_decode_protobuf_of_mutated_valid_requests(
     drawn: tuple[ExportTraceServiceRequest, list[dict[str, Any]]],
@@ -460,7 +460,7 @@ def _serialize(document: Any, ensure_ascii: bool) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-@fuzz_settings(200)
+@fuzz_settings(150)
 @given(json_requests, st.booleans())
 def test_decode_json_of_json_ish_documents(document: Any, ensure_ascii: bool) -> None:
     """Lone surrogates (escaped, or raw bytes that are not UTF-8), huge numbers, NaN, and a
@@ -470,7 +470,7 @@ def test_decode_json_of_json_ish_documents(document: Any, ensure_ascii: bool) ->
         _records_never_raise(request)
 
 
-@fuzz_settings(120)
+@fuzz_settings(80)
 @given(json_requests, _MUTATIONS)
 def test_decode_json_of_mutated_documents(document: Any, mutations: list[Any]) -> None:
     request = _decode(_mutate(_serialize(document, True), mutations), as_json=True)

@@ -262,7 +262,7 @@ def _view(records: list[SpanRecord]) -> dict[str, tuple[str, str]]:
     return {r.span_id: (r.span_type, r.tool_call_id) for r in records}
 
 
-@fuzz_settings(40)
+@fuzz_settings(30)
 @given(traces(), st.randoms(use_true_random=False), st.data())
 def test_normalize_trace_is_idempotent_order_free_and_never_contradicts_ingest(
     trace: list[SpanRecord], rng: Any, data: st.DataObject

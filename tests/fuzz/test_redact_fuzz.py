@@ -200,7 +200,7 @@ def planted_spans(draw: st.DrawFn) -> tuple[SpanRecord, Kind, Secret]:
     return _as_decoded(span), kind, secret
 
 
-@fuzz_settings(150)
+@fuzz_settings(120)
 @given(planted_spans())
 def test_a_planted_secret_never_survives(planted: tuple[SpanRecord, Kind, Secret]) -> None:
     span, kind, secret = planted

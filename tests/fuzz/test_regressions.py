@@ -5,9 +5,13 @@ test_api_schemathesis.py.)"""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
+import random
+import string
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +26,7 @@ from collector.processors.truncate import SENTINEL_KEY, TruncationConfig, Trunca
 from collector.server import default_processors
 from collector.settings import CollectorSettings
 from tests.fuzz.strategies import BASE_NS, record
+from tests.secret_corpus import LeakScanner, all_kinds
 
 
 def _settings() -> CollectorSettings:
@@ -30,6 +35,10 @@ def _settings() -> CollectorSettings:
 
 def _redactor() -> Redactor:
     return build_redactor(_settings(), {})
+
+
+def _stored(span: SpanRecord) -> dict[str, Any]:
+    return dataclasses.asdict(span)
 
 
 def _request(attributes: dict[str, str], **span: object) -> bytes:
@@ -231,3 +240,34 @@ def test_credentials_with_an_email_as_user_go_whole(text: str) -> None:
     _redactor()([span])
     assert "pw12345678" not in span.span_attributes["note"]
     assert "bob@example.com" not in span.span_attributes["note"]
+
+
+def test_a_secret_after_an_escaped_newline_in_a_key_is_found() -> None:
+    # Keys were scanned raw: "0\\nsk-ant-…" (JSON text as a key) put no word boundary before
+    # the key, which survived as the attribute's name. Values were seen through the escape.
+    secret = all_kinds()["anthropic_key"].generate(random.Random(0))
+    key = json.dumps([None, f"0\n{secret.text}"])
+    span = record(span_attributes={key: "x"})
+    _redactor()([span])
+    assert not LeakScanner({"anthropic_key": secret}).scan_all(_stored(span))
+
+
+def test_an_azure_signature_redacted_once_stays_as_it_is() -> None:
+    # "SharedAccessSignature=<secret:…>" is 20 characters of the value the rule takes.
+    span = record(span_attributes={"note": "SharedAccessSignature=sv=2024&sig=" + "Ab1" * 12})
+    redactor = _redactor()
+    redactor([span])
+    once = dict(span.span_attributes)
+    assert "<secret:" in once["note"] or "<azure" in once["note"]
+    redactor([span])
+    assert span.span_attributes == once
+
+
+def test_a_keyed_netlify_token_ending_in_a_dash_is_found() -> None:
+    # "\\b" after a value ending in "-" needs a word character next: before a quote there is
+    # none, so 1 in 64 legacy tokens went through.
+    rng = random.Random(5)
+    value = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(42)) + "-"
+    span = record(span_attributes={"note": f'"netlify_pat": "{value}"'})
+    _redactor()([span])
+    assert value[:-1] not in span.span_attributes["note"]
