@@ -14,10 +14,11 @@ env: $(STAMP)
 system-deps:
 	@bash scripts/system-deps.sh
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml exporter/pyproject.toml
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ./exporter
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
@@ -30,10 +31,10 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy afr exporter collector replay_worker testbed
+	$(BIN)/mypy afr exporter/src/afr_exporter collector replay_worker testbed
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .afr build *.egg-info
+	rm -rf $(VENV) .afr build dist *.egg-info exporter/build exporter/src/*.egg-info

@@ -14,9 +14,9 @@ __all__ = ["main"]
 
 
 def _seed(args: argparse.Namespace) -> int:
+    import afr_exporter
     from agents import gen_trace_id
 
-    import exporter
     from afr.incident import RefundDesk, build_model, failing_script, run_incident
     from afr.scripted_model import ScriptedModelServer
 
@@ -25,7 +25,7 @@ def _seed(args: argparse.Namespace) -> int:
         settings["endpoint"] = args.endpoint
     if args.protocol:
         settings["protocol"] = args.protocol
-    processor = exporter.install(**settings)
+    processor = afr_exporter.install(**settings)
     desk = RefundDesk()
     trace_id = gen_trace_id()
     with ScriptedModelServer(failing_script()) as model:

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import afr_exporter
 import httpx
 from agents import gen_trace_id
 
-import exporter
 from afr.incident import RefundDesk, build_model, failing_script, fixed_script, run_incident
 from afr.local import LOCAL_KEY_FILE, ensure_local_key, ensure_webhook_secret, read_local_key
 from afr.scripted_model import ScriptedModelServer
@@ -67,7 +67,7 @@ def run_demo(data_dir: Path = DEMO_DATA_DIR) -> int:
         print(f"0. collector up on the embedded store ({data_dir}/chdb)")
         print(f"   OTLP/gRPC :{collector.grpc_port}  OTLP/HTTP + read API :{collector.http_port}")
 
-        processor = exporter.install(
+        processor = afr_exporter.install(
             endpoint=f"http://127.0.0.1:{collector.grpc_port}", headers=headers
         )
         desk = RefundDesk()

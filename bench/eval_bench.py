@@ -33,10 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import afr_exporter
 import httpx
 from agents import Model
 
-import exporter
 from afr.incident import build_model, fixed_script
 from afr.scripted_model import ScriptedModelServer
 from bench.worker_bench import RESULTS, STUB, Collector, _stop, seed_failing_run, start_collector
@@ -75,7 +75,7 @@ def _get_run(collector: Collector, run_id: str) -> dict[str, Any]:
 def synthesized_eval(collector: Collector, source_run_id: str) -> EvalDocument:
     """The eval of the sacred path: the seeded run, replayed to FAILURE_FIXED, synthesized."""
     source = _get_run(collector, source_run_id)
-    processor = exporter.install(
+    processor = afr_exporter.install(
         endpoint=f"http://127.0.0.1:{collector.grpc_port}",
         headers={"authorization": f"Bearer {collector.key}"},
     )

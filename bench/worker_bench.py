@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import afr_exporter
 import httpx
 from agents import gen_trace_id
 
-import exporter
 from afr.incident import build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from collector.auth import KeyStore
@@ -111,7 +111,7 @@ def start_collector() -> Collector:
 
 
 def seed_failing_run(collector: Collector) -> str:
-    processor = exporter.install(
+    processor = afr_exporter.install(
         endpoint=f"http://127.0.0.1:{collector.grpc_port}",
         headers={"authorization": f"Bearer {collector.key}"},
     )

@@ -24,7 +24,7 @@
 
 Jobs run in a bounded pool of replay processes (``AFR_WORKER_CONCURRENCY``). Each reads its
 run only through the collector's read API and writes its replay only as OTLP through afr's
-exporter (``exporter.install``, in the replay process), to the collector.
+exporter (``afr_exporter.install``, in the replay process), to the collector.
 """
 
 from __future__ import annotations

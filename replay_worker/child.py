@@ -22,10 +22,10 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
+import afr_exporter
 from agents import Agent, Model, RunConfig, Runner, function_tool
 from openai import AsyncOpenAI
 
-import exporter
 from replay_worker.client import CollectorClient, CollectorUnavailable, RunNotFound
 from replay_worker.ledger import BudgetExceeded, DayBudget, JobLedger, LedgerModel
 from replay_worker.pool import EXIT_PARENT_GONE, ChildConfig, JobSpec, Outcome
@@ -174,7 +174,7 @@ class ReplayProcess:
         self.settings = settings
         key = settings.collector_key.get_secret_value() if settings.collector_key else None
         headers = {"authorization": f"Bearer {key}"} if key else None
-        self._processor = exporter.install(
+        self._processor = afr_exporter.install(
             endpoint=settings.collector_otlp_endpoint, headers=headers
         )
         self._client = CollectorClient(settings.collector_url, key)

@@ -2,10 +2,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import afr_exporter
 import pytest
 from agents.tracing import set_trace_processors
-
-import exporter
 
 
 @pytest.fixture(autouse=True)
@@ -18,8 +17,8 @@ def _isolated_sdk_tracing(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             monkeypatch.delenv(name)
     set_trace_processors([])
     yield
-    installed = exporter.installed()
+    installed = afr_exporter.installed()
     if installed is not None:
         installed.shutdown(timeout=1)
-    exporter._installed = None
+    afr_exporter._installed = None
     set_trace_processors([])

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import afr_exporter
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import exporter
 from afr.incident import ModelApi, build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 
@@ -92,7 +92,7 @@ def afr_run_body(api: ModelApi) -> dict[str, Any]:
     """The canonical incident through afr's own exporter, live: afr's dialect never goes stale."""
     spans = InMemorySpanExporter()
     with ScriptedModelServer(failing_script()) as model:
-        processor = exporter.install(span_exporter=spans)
+        processor = afr_exporter.install(span_exporter=spans)
         asyncio.run(run_incident(build_model(api, model.base_url)))
         assert processor.force_flush(10)
     return otlp_json(encode_spans(spans.get_finished_spans()))

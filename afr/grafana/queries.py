@@ -18,6 +18,8 @@ How the queries stay fast as data grows (docs/adr/0019):
 
 from __future__ import annotations
 
+from afr_exporter.semconv import RUN_KINDS
+
 from collector.store.schema import (
     MODEL_PRICES_TABLE,
     RUN_SUMMARY_VIEW,
@@ -25,7 +27,6 @@ from collector.store.schema import (
     SPANS_TABLE,
     TRACE_ID_TS_TABLE,
 )
-from exporter.semconv import RUN_KINDS
 from replay_worker.replay.verdict import VERDICTS
 from replay_worker.sweeps import STATUSES as EVAL_STATUSES
 

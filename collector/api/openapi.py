@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.semconv import RUN_KINDS
+from afr_exporter.semconv import RUN_KINDS
 
 __all__ = ["OPENAPI"]
 

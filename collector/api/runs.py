@@ -20,6 +20,7 @@ import re
 import time
 from typing import Any
 
+from afr_exporter.semconv import RUN_KINDS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -29,7 +30,6 @@ from collector.model import SpanRecord
 from collector.processors.normalize import normalize_trace
 from collector.receiver.status import http_status
 from collector.store.reader import RunFilter, RunReader, decode_cursor
-from exporter.semconv import RUN_KINDS
 
 __all__ = ["RunsApi"]
 

@@ -25,9 +25,10 @@ import json
 import re
 from collections.abc import Callable, Mapping
 
+from afr_exporter.semconv import RUN_KINDS
+
 from collector.model import SpanRecord, escape_surrogates
 from collector.processors.tool_calls import link_tool_calls, native_tool_call_id
-from exporter.semconv import RUN_KINDS
 
 __all__ = [
     "BODY_ATTRIBUTE_BYTES",

@@ -147,11 +147,11 @@ def _exporting(settings: WorkerSettings, wanted: bool) -> bool:
 
 
 def _install_exporter(settings: WorkerSettings) -> Any:
-    import exporter
+    import afr_exporter
 
     key = settings.collector_key.get_secret_value() if settings.collector_key else None
     headers = {"authorization": f"Bearer {key}"} if key else None
-    return exporter.install(endpoint=settings.collector_otlp_endpoint, headers=headers)
+    return afr_exporter.install(endpoint=settings.collector_otlp_endpoint, headers=headers)
 
 
 def _no_tracing_upload() -> None:

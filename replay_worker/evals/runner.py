@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from afr_exporter import semconv as sc
+from afr_exporter.convert import agent_definitions
 from agents import Agent, Model, gen_trace_id
 from agents.tracing import SpanError, custom_span
 
-from exporter import semconv as sc
-from exporter.convert import agent_definitions
 from replay_worker.child import openai_model_factory
 from replay_worker.evals.assertions import AssertionResult, Observed, check_all
 from replay_worker.evals.contract import EvalDocument
@@ -363,7 +363,7 @@ class EvalSession:
     """The worker's model path for evals run in this process: the model client from the
     settings (``AFR_WORKER_MODEL_*``), every call through ``LedgerModel`` with a job budget
     per eval (``job_budget_usd``) and the day's budget shared through the worker's state
-    store (``data_dir``). Exporting the eval runs is the caller's: ``exporter.install``."""
+    store (``data_dir``). Exporting the eval runs is the caller's: ``afr_exporter.install``."""
 
     def __init__(
         self,

@@ -31,7 +31,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from exporter import semconv as sc
+from afr_exporter import semconv as sc
 
 __all__ = [
     "FIXTURE_VERSION",

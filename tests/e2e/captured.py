@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import afr_exporter
 from agents import Model, gen_trace_id
 
-import exporter
 from afr.incident import build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from replay_worker.replay.engine import ReplayResult, run_replay
@@ -19,7 +19,7 @@ from tests.integration.conftest import Running
 
 def capture_fixed_incident(running: Running) -> tuple[dict[str, Any], ReplayResult]:
     """(the stored failing run, its replay against the fixing model with the labelled stub)."""
-    processor = exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
+    processor = afr_exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
     source_trace = gen_trace_id()
     with ScriptedModelServer(failing_script()) as model:
         asyncio.run(run_incident(build_model("responses", model.base_url), trace_id=source_trace))

@@ -8,10 +8,10 @@ import os
 import signal
 from pathlib import Path
 
+import afr_exporter
 import pytest
 from agents import gen_trace_id
 
-import exporter
 from afr.cli import main
 from afr.incident import build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer
@@ -40,7 +40,7 @@ def test_afr_up_runs_collector_and_worker_and_afr_replay_uses_them(
             key = (data_dir / "local-project.key").read_text().strip()
             trace_id = gen_trace_id()
             with ScriptedModelServer(failing_script()) as model:
-                processor = exporter.install(
+                processor = afr_exporter.install(
                     endpoint=f"http://127.0.0.1:{grpc_port}",
                     headers={"authorization": f"Bearer {key}"},
                 )

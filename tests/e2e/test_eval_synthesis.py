@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import afr_exporter
 import httpx
 import pytest
 from agents import gen_trace_id, set_trace_processors
 
-import exporter
 from afr.incident import RefundDesk, build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
 from replay_worker.app import WorkerThread
@@ -84,7 +84,7 @@ def _replay(fixture: Fixture, script: list[ScriptedTurn], **options: Any) -> Rep
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     thread, running = start_collector(tmp_path_factory.mktemp("evals") / "data")
-    processor = exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
+    processor = afr_exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
     try:
         trace_id = gen_trace_id()
         with ScriptedModelServer(failing_script()) as server:

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import afr_exporter
 import httpx
 import pytest
 from agents import gen_trace_id
 
-import exporter
 from afr.incident import RefundDesk, build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from replay_worker.app import WorkerThread
@@ -43,7 +43,9 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     trace_id = gen_trace_id()
     try:
         with ScriptedModelServer(failing_script()) as model:
-            processor = exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
+            processor = afr_exporter.install(
+                endpoint=running.grpc_endpoint, headers=running.headers()
+            )
             asyncio.run(
                 run_incident(build_model("responses", model.base_url), desk, trace_id=trace_id)
             )
@@ -244,7 +246,7 @@ def test_fixture_from_a_stored_run_has_what_a_replay_needs(stack: Stack, api: st
     if api == "chat":
         trace_id = gen_trace_id()
         with ScriptedModelServer(failing_script()) as model:
-            processor = exporter.install(
+            processor = afr_exporter.install(
                 endpoint=stack.running.grpc_endpoint, headers=stack.running.headers()
             )
             asyncio.run(run_incident(build_model("chat", model.base_url), trace_id=trace_id))

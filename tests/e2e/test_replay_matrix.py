@@ -2,7 +2,7 @@
 
 Each source run of the travel desk (``tests/booking_agent.py``) is captured for real: the
 real ``Runner`` and the SDK's real OpenAI model classes against the scripted model server,
-``exporter.install`` shipping the trace to a real collector, the run read back through the
+``afr_exporter.install`` shipping the trace to a real collector, the run read back through the
 collector's read API and turned into a fixture with ``build_fixture``. Each cell replays it
 (``run_replay``) against a replay model -- ``same`` (the source's behaviour), ``fixed`` (the
 corrected behaviour) or ``breaking`` (another failure) -- and checks the verdict, what each
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import afr_exporter
 import pytest
 from agents import gen_trace_id
 from agents.tracing import set_trace_processors
 
-import exporter
 from afr.scripted_model import ScriptedModelServer
 from replay_worker.client import CollectorClient
 from replay_worker.replay.engine import ReplayResult, run_replay
@@ -147,7 +147,7 @@ class Captures:
         if key not in self._runs:
             desk = BookingDesk()
             trace_id = gen_trace_id()
-            processor = exporter.install(
+            processor = afr_exporter.install(
                 endpoint=self.running.grpc_endpoint, headers=self.running.headers()
             )
             try:

@@ -11,10 +11,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+import afr_exporter
 import httpx
 from agents import Model
 
-import exporter
 from afr.incident import build_model, failing_script, fixed_script
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
 from replay_worker.evals.contract import EvalDocument
@@ -101,7 +101,7 @@ def seed(running: Running) -> Seeded:
         for label in ("fixing model", "original behaviour")
     )
     seeded = Seeded(source["run"]["run_id"], replayed.replay_run_id, passing, failing)
-    processor = exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
+    processor = afr_exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
     plan = {
         SWEEP_MIXED: [(passing, fixed_script()), (failing, failing_script())],
         SWEEP_GREEN: [(passing, fixed_script())],

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import afr_exporter
 import httpx
 import pytest
 from agents import gen_trace_id
 
-import exporter
 from afr.incident import build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from collector.auth import KeyStore
@@ -194,7 +194,7 @@ def test_restart_between_acknowledgement_and_insert_loses_nothing(tmp_path: Path
         wait_for_line(process, "  read API", 60)
         trace_id = gen_trace_id()
         with ScriptedModelServer(failing_script()) as model:
-            processor = exporter.install(
+            processor = afr_exporter.install(
                 endpoint=f"http://127.0.0.1:{grpc_port}", headers={"authorization": f"Bearer {key}"}
             )
             import asyncio

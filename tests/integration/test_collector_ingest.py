@@ -7,6 +7,7 @@ import gzip
 import json
 from typing import Any
 
+import afr_exporter
 import grpc
 import httpx
 import pytest
@@ -22,7 +23,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-import exporter
 from afr.incident import build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from tests.integration.conftest import Running
@@ -150,7 +150,7 @@ def test_raw_otlp_json_post(running: Running) -> None:
 def test_seeded_failing_run_reads_back_as_one_failed_run(running: Running) -> None:
     trace_id = gen_trace_id()
     with ScriptedModelServer(failing_script()) as model:
-        processor = exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
+        processor = afr_exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
         asyncio.run(run_incident(build_model("chat", model.base_url), trace_id=trace_id))
         assert processor.force_flush(10)
     run_id = trace_id.removeprefix("trace_")

@@ -9,13 +9,13 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import afr_exporter
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-import exporter
 from afr.incident import build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from tests.fakes import OtlpGrpcSink, _Recorder, _Servicer, free_port
@@ -25,9 +25,9 @@ SPANS_IN_INCIDENT = 12 + 1  # 12 SDK spans and the workflow root
 
 def _run_incident_with(
     processor_kwargs: dict[str, Any],
-) -> tuple[exporter.AfrTracingProcessor, float]:
+) -> tuple[afr_exporter.AfrTracingProcessor, float]:
     with ScriptedModelServer(failing_script()) as model:
-        processor = exporter.install(**processor_kwargs)
+        processor = afr_exporter.install(**processor_kwargs)
         started = time.monotonic()
         result = asyncio.run(run_incident(build_model("responses", model.base_url)))
         elapsed = time.monotonic() - started
@@ -56,7 +56,7 @@ def test_collector_down_run_completes_spans_held_then_counted_dropped_at_exit() 
     stats = processor.stats
     assert stats.exported == 0
     assert stats.dropped_at_shutdown == SPANS_IN_INCIDENT
-    assert exporter.stats() == stats
+    assert afr_exporter.stats() == stats
 
 
 def _grpc_sink(port: int, recorder: _Recorder) -> grpc.Server:
@@ -289,7 +289,7 @@ def test_full_queue_drops_are_counted_and_the_run_is_unaffected() -> None:
 
 def test_on_span_end_never_raises_even_for_garbage() -> None:
     with OtlpGrpcSink() as sink:
-        processor = exporter.install(endpoint=sink.endpoint, schedule_delay_s=0.01)
+        processor = afr_exporter.install(endpoint=sink.endpoint, schedule_delay_s=0.01)
         processor.on_span_end(object())  # type: ignore[arg-type]
         processor.on_span_end(None)  # type: ignore[arg-type]
         assert processor.force_flush(5)

@@ -7,13 +7,13 @@ import json
 from collections import Counter
 from typing import Any
 
+import afr_exporter
 import pytest
+from afr_exporter.convert import iso_to_ns, otel_span_id, otel_trace_id, workflow_span_id
 from agents.tracing import add_trace_processor
 
-import exporter
 from afr.incident import MALFORMED_AMOUNT, ModelApi, build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
-from exporter.convert import iso_to_ns, otel_span_id, otel_trace_id, workflow_span_id
 from tests.fakes import OtlpGrpcSink, OtlpHttpSink, ReceivedSpan, RecordingProcessor
 
 APIS: list[ModelApi] = ["responses", "chat"]
@@ -21,9 +21,9 @@ APIS: list[ModelApi] = ["responses", "chat"]
 
 def _run_seeded(
     api: ModelApi, **install_kwargs: Any
-) -> tuple[exporter.AfrTracingProcessor, RecordingProcessor]:
+) -> tuple[afr_exporter.AfrTracingProcessor, RecordingProcessor]:
     with ScriptedModelServer(failing_script()) as model:
-        processor = exporter.install(**install_kwargs)
+        processor = afr_exporter.install(**install_kwargs)
         recorder = RecordingProcessor()
         add_trace_processor(recorder)  # type: ignore[arg-type]
         result = asyncio.run(run_incident(build_model(api, model.base_url)))
@@ -185,7 +185,7 @@ def test_standard_otel_environment_configures_grpc_with_auth(
 
 def test_sdk_sensitive_data_off_keeps_structure_but_no_content() -> None:
     with OtlpGrpcSink() as sink, ScriptedModelServer(failing_script()) as model:
-        processor = exporter.install(endpoint=sink.endpoint)
+        processor = afr_exporter.install(endpoint=sink.endpoint)
         asyncio.run(
             run_incident(build_model("responses", model.base_url), include_sensitive_data=False)
         )
@@ -231,7 +231,7 @@ def test_task_span_carries_the_run_input_max_turns_and_only_the_settings_agents_
     from afr.scripted_model import ScriptedTurn
 
     with OtlpGrpcSink() as sink, ScriptedModelServer([ScriptedTurn(text="hi")]) as model:
-        processor = exporter.install(endpoint=sink.endpoint)
+        processor = afr_exporter.install(endpoint=sink.endpoint)
         specialist = Agent(
             name="Specialist",
             model=build_model(api, model.base_url),

@@ -7,21 +7,21 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import afr_exporter
+from afr_exporter import semconv as sc
 from agents import gen_trace_id
 from agents.tracing import set_trace_processors
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-import exporter
 from afr.incident import build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
-from exporter import semconv as sc
 
 Shape = set[tuple[str, int, int | None]]
 
 
 def _run_twice(trace_ids: tuple[str, str], metadata: dict[str, object]) -> tuple[Shape, Shape]:
     sink = InMemorySpanExporter()
-    processor = exporter.build_processor(span_exporter=sink)
+    processor = afr_exporter.build_processor(span_exporter=sink)
     set_trace_processors([processor])
     shapes: list[Shape] = []
     try:
@@ -71,8 +71,9 @@ def test_a_rerun_started_before_the_first_run_was_exported_gets_the_same_ids() -
     """The numbers travel with each span: a second run under the same trace id, started
     while the first one's spans still wait in the queue, cannot renumber them."""
     sink = InMemorySpanExporter()
-    processor = exporter.build_processor(
-        exporter.ExporterSettings(schedule_delay_s=60, max_export_batch=10_000), span_exporter=sink
+    processor = afr_exporter.build_processor(
+        afr_exporter.ExporterSettings(schedule_delay_s=60, max_export_batch=10_000),
+        span_exporter=sink,
     )
     set_trace_processors([processor])
     trace_id = gen_trace_id()

@@ -29,8 +29,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from exporter import messages
-from exporter import semconv as sc
+from afr_exporter import messages
+from afr_exporter import semconv as sc
 
 __all__ = [
     "SpanConverter",
@@ -699,6 +699,6 @@ def _error_text(message: str, detail: Any) -> str:
 
 
 def _version() -> str:
-    from exporter import __version__
+    from afr_exporter import __version__
 
     return __version__

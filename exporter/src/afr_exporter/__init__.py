@@ -2,8 +2,8 @@
 
 One line in the agent process::
 
-    import exporter
-    exporter.install()          # OTEL_EXPORTER_OTLP_* say where and how
+    import afr_exporter
+    afr_exporter.install()          # OTEL_EXPORTER_OTLP_* say where and how
 
 ``install`` registers an :class:`AfrTracingProcessor` with the SDK and, unless told to keep
 it, removes the SDK's default processor that uploads traces to OpenAI.
@@ -12,15 +12,13 @@ it, removes the SDK's default processor that uploads traces to OpenAI.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agents.tracing import add_trace_processor, set_trace_processors
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace.export import SpanExporter
+if TYPE_CHECKING:  # imported when first used: `afr_exporter.semconv` stays light
+    from opentelemetry.sdk.trace.export import SpanExporter
 
-from exporter.convert import SpanConverter
-from exporter.processor import AfrTracingProcessor, ExporterStats
-from exporter.settings import ExporterSettings
+    from afr_exporter.processor import AfrTracingProcessor, ExporterStats
+    from afr_exporter.settings import ExporterSettings
 
 __version__ = "0.1.0"
 __all__ = [
@@ -34,6 +32,22 @@ __all__ = [
 ]
 
 _installed: AfrTracingProcessor | None = None
+_LAZY = {
+    "AfrTracingProcessor": "afr_exporter.processor",
+    "ExporterStats": "afr_exporter.processor",
+    "ExporterSettings": "afr_exporter.settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The package's classes, imported on first use: the collector and the worker import
+    ``afr_exporter.semconv`` and ``afr_exporter.prices`` without loading the Agents SDK."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 
 def _otlp_exporter(settings: ExporterSettings) -> SpanExporter:
@@ -86,6 +100,12 @@ def build_processor(
     """A processor that is not registered anywhere: for callers that manage the SDK's
     processor list themselves (and for tests, which may inject ``retry_wait``: how the
     worker waits between retries of a failed batch)."""
+    from opentelemetry.sdk.resources import Resource
+
+    from afr_exporter.convert import SpanConverter
+    from afr_exporter.processor import AfrTracingProcessor
+    from afr_exporter.settings import ExporterSettings
+
     settings = settings or ExporterSettings()
     attributes: dict[str, Any] = {
         "afr.exporter.version": __version__,
@@ -123,6 +143,10 @@ def install(
     from the environment. Calling it again replaces the previous bridge.
     """
     global _installed
+    from agents.tracing import add_trace_processor, set_trace_processors
+
+    from afr_exporter.settings import ExporterSettings
+
     resolved = ExporterSettings(**settings)
     processor = build_processor(
         resolved,

@@ -43,8 +43,8 @@ from agents.tracing.span_data import GenerationSpanData, TaskSpanData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from exporter.convert import RunStart, SpanConverter, tool_definitions
-from exporter.semconv import METADATA_DETERMINISTIC_IDS
+from afr_exporter.convert import RunStart, SpanConverter, tool_definitions
+from afr_exporter.semconv import METADATA_DETERMINISTIC_IDS
 
 __all__ = ["AfrTracingProcessor", "ExporterStats"]
 
@@ -411,6 +411,8 @@ class AfrTracingProcessor(TracingProcessor):
         dropped = self.stats.dropped
         now = time.monotonic()
         if dropped > self._logged_drops and now - self._last_drop_log >= _DROP_LOG_INTERVAL_S:
-            logger.warning("afr exporter: %d spans dropped so far (see exporter.stats())", dropped)
+            logger.warning(
+                "afr exporter: %d spans dropped so far (see afr_exporter.stats())", dropped
+            )
             self._logged_drops = dropped
             self._last_drop_log = now
