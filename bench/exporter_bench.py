@@ -63,7 +63,7 @@ def real_spans() -> list[Any]:
     set_trace_processors([recorder])  # type: ignore[list-item]
     for api in ("responses", "chat"):
         with ScriptedModelServer(failing_script()) as model:
-            asyncio.run(run_incident(build_model(api, model.base_url)))  # type: ignore[arg-type]
+            asyncio.run(run_incident(build_model(api, model.base_url)))
     set_trace_processors([])
     return recorder.spans
 

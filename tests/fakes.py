@@ -79,7 +79,7 @@ class _Recorder:
         return out
 
 
-class _Servicer(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+class _Servicer(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, recorder: _Recorder) -> None:
         self._recorder = recorder
 
@@ -95,7 +95,7 @@ class OtlpGrpcSink:
     def __init__(self) -> None:
         self.recorder = _Recorder()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             _Servicer(self.recorder), self._server
         )
         self.port = self._server.add_insecure_port("127.0.0.1:0")

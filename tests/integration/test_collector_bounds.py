@@ -45,7 +45,8 @@ def _request(trace: bytes, resource_value: str, span_name: str, spans: int) -> b
             )
         ]
     )
-    return request.SerializeToString()
+    serialized: bytes = request.SerializeToString()
+    return serialized
 
 
 @pytest.mark.parametrize("transport", ["grpc", "http"])

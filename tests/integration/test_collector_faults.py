@@ -145,7 +145,8 @@ def test_a_killed_ingest_worker_is_replaced(tmp_path: Path) -> None:
         assert _send(running, "first", 1) == grpc.StatusCode.OK
         pool = running.collector.pipeline._pool
         assert pool is not None
-        for process in list(pool._processes.values()):  # type: ignore[union-attr]
+        for process in list(pool._processes.values()):
+            assert process.pid is not None
             os.kill(process.pid, signal.SIGKILL)
             process.join(10)
         # The request that meets the broken pool is refused retryably; then ingest goes on.

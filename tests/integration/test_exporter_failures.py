@@ -63,7 +63,7 @@ def _grpc_sink(port: int, recorder: _Recorder) -> grpc.Server:
     from concurrent.futures import ThreadPoolExecutor
 
     server = grpc.server(ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(recorder), server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(recorder), server)  # type: ignore[no-untyped-call]
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     return server
@@ -162,7 +162,7 @@ def test_unavailable_with_retry_info_is_retried_after_the_hint() -> None:
     recorder = _Recorder()
     servicer = _UnavailableThenOk(recorder)
     server = grpc.server(ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
@@ -188,7 +188,7 @@ def test_collector_that_comes_up_late_receives_every_span_through_retries() -> N
     time.sleep(0.3)  # the first attempt has failed by now and the exporter is backing off
     recorder = _Recorder()
     server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(recorder), server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(recorder), server)  # type: ignore[no-untyped-call]
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     try:

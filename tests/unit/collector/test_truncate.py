@@ -20,7 +20,7 @@ def truncator(**overrides: object) -> Truncator:
 
 
 def check_sentinel(stored: str, original: str) -> dict[str, object]:
-    document = json.loads(stored)
+    document: dict[str, object] = json.loads(stored)
     raw = original.encode()
     assert document[SENTINEL_KEY] is True
     assert document["original_bytes"] == len(raw)

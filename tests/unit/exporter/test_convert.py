@@ -99,7 +99,7 @@ def test_top_level_span_hangs_under_the_workflow_root(converter: SpanConverter) 
     assert converted.parent is not None and converted.parent.span_id == workflow_span_id(TRACE_ID)
     attrs = dict(converted.attributes or {})
     assert attrs[sc.AFR_SPAN_TYPE] == "task"
-    assert json.loads(attrs[sc.AFR_USAGE_AGGREGATE]) == {"input_tokens": 3}
+    assert json.loads(str(attrs[sc.AFR_USAGE_AGGREGATE])) == {"input_tokens": 3}
     # Aggregates are never reported as gen_ai usage, so nothing sums them twice.
     assert sc.GEN_AI_USAGE_INPUT_TOKENS not in attrs
 
@@ -202,13 +202,13 @@ def test_generation_span_with_offered_tools(converter: SpanConverter) -> None:
     )
     offered = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
     attrs = dict(converter.convert(make_span(data), offered).attributes or {})
-    assert json.loads(attrs[sc.GEN_AI_SYSTEM_INSTRUCTIONS]) == [
+    assert json.loads(str(attrs[sc.GEN_AI_SYSTEM_INSTRUCTIONS])) == [
         {"type": "text", "content": "Be brief."}
     ]
-    assert json.loads(attrs[sc.GEN_AI_INPUT_MESSAGES]) == [
+    assert json.loads(str(attrs[sc.GEN_AI_INPUT_MESSAGES])) == [
         {"role": "user", "parts": [{"type": "text", "content": "hi"}]}
     ]
-    assert json.loads(attrs[sc.GEN_AI_TOOL_DEFINITIONS]) == offered
+    assert json.loads(str(attrs[sc.GEN_AI_TOOL_DEFINITIONS])) == offered
     assert attrs[sc.GEN_AI_REQUEST_TEMPERATURE] == 0.2
     assert attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 1
     assert attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_calls",)
@@ -252,7 +252,7 @@ def test_error_becomes_status_error_type_and_exception_event(converter: SpanConv
     assert converted.status.status_code is StatusCode.ERROR
     assert converted.status.description == "Error running tool"
     assert attrs[sc.ERROR_TYPE] == "Error running tool"
-    assert json.loads(attrs[sc.AFR_ERROR_DATA]) == {"error": "bad amount"}
+    assert json.loads(str(attrs[sc.AFR_ERROR_DATA])) == {"error": "bad amount"}
     (event,) = converted.events
     assert event.name == "exception"
     assert (event.attributes or {})["exception.message"] == "Error running tool: bad amount"
@@ -274,7 +274,7 @@ def test_unknown_span_types_are_kept_generically(converter: SpanConverter) -> No
     attrs = dict(converted.attributes or {})
     assert converted.name == "realtime_session"
     assert attrs[sc.AFR_SPAN_TYPE] == "realtime_session"
-    assert json.loads(attrs[sc.AFR_SPAN_DATA]) == {"type": "realtime_session", "session": "s1"}
+    assert json.loads(str(attrs[sc.AFR_SPAN_DATA])) == {"type": "realtime_session", "session": "s1"}
 
 
 def test_content_off_drops_content_but_keeps_structure() -> None:
@@ -297,8 +297,8 @@ def test_workflow_root_encloses_children_and_links_to_its_source_run(
         TRACE_ID,
         "g1",
         {sc.METADATA_RUN_KIND: "replay", sc.METADATA_SOURCE_RUN_ID: source},
-        RecordingProcessor(),
-    )  # type: ignore[arg-type]
+        RecordingProcessor(),  # type: ignore[arg-type]
+    )
     child = make_span(AgentSpanData(name="A"))
     converter.trace_started(trace, iso_to_ns(child.started_at) or 0)
     converter.convert(child)
