@@ -14,9 +14,9 @@ __all__ = ["main"]
 
 
 def _seed(args: argparse.Namespace) -> int:
-    import afr_exporter
     from agents import gen_trace_id
 
+    import afr_exporter
     from afr.incident import RefundDesk, build_model, failing_script, run_incident
     from afr.scripted_model import ScriptedModelServer
 

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import afr_exporter
 import httpx
 from agents import gen_trace_id
 
+import afr_exporter
 from afr.incident import RefundDesk, build_model, failing_script, fixed_script, run_incident
 from afr.local import LOCAL_KEY_FILE, ensure_local_key, ensure_webhook_secret, read_local_key
 from afr.scripted_model import ScriptedModelServer

@@ -33,10 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import afr_exporter
 import httpx
 from agents import Model
 
+import afr_exporter
 from afr.incident import build_model, fixed_script
 from afr.scripted_model import ScriptedModelServer
 from bench.worker_bench import RESULTS, STUB, Collector, _stop, seed_failing_run, start_collector

@@ -17,16 +17,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import afr_exporter
-from afr_exporter.convert import SpanConverter
 from agents.tracing import set_trace_processors
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+import afr_exporter
 from afr.incident import build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
+from afr_exporter.convert import SpanConverter
 
 BURST = 10_000
 ROUNDS = 7

@@ -140,7 +140,6 @@ def _dashboard_panels(store: Any, now_s: int, run_id: str, days: int) -> list[tu
 
 def child(data_dir: Path) -> dict[str, Any]:
     from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
-
     from collector.store.client import ClickHouseStore
     from collector.store.reader import RunFilter, RunReader
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK, UNLISTED_MODEL
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK, UNLISTED_MODEL
 
 __all__ = ["SQL_DEFAULT_PORT", "CollectorSettings"]
 

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
-import afr_exporter
 from agents import Agent, Model, RunConfig, Runner, function_tool
 from openai import AsyncOpenAI
 
+import afr_exporter
 from replay_worker.client import CollectorClient, CollectorUnavailable, RunNotFound
 from replay_worker.ledger import BudgetExceeded, DayBudget, JobLedger, LedgerModel
 from replay_worker.pool import EXIT_PARENT_GONE, ChildConfig, JobSpec, Outcome

@@ -6,9 +6,10 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
 
 __all__ = ["DEFAULT_PRICES_PER_MTOK", "WorkerSettings"]
 

@@ -40,11 +40,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-import afr_exporter
-from afr_exporter import semconv as sc
 from agents import trace
 from agents.tracing import SpanError, custom_span
 
+import afr_exporter
+from afr_exporter import semconv as sc
 from replay_worker.evals.contract import EvalDocument, EvalFileError, load_eval
 from replay_worker.evals.runner import METADATA_SWEEP_ID, EvalOutcome, EvalSession, eval_trace_id
 from replay_worker.pool import EXIT_PARENT_GONE

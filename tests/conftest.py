@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import afr_exporter
 import pytest
 from agents.tracing import set_trace_processors
+
+import afr_exporter
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from afr_exporter import semconv as sc
-
 from afr.grafana.panels import (
     DEFAULT_DATABASE,
     FORMAT_TABLE,
@@ -62,6 +60,7 @@ from afr.grafana.queries import (
     window_runs,
     window_spans,
 )
+from afr_exporter import semconv as sc
 
 __all__ = ["EVALS_UID", "RUNS_UID", "RUN_UID", "TOOLS_UID", "build_all", "main", "write_all"]
 

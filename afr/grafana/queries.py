@@ -19,7 +19,6 @@ How the queries stay fast as data grows (docs/adr/0019):
 from __future__ import annotations
 
 from afr_exporter.semconv import RUN_KINDS
-
 from collector.store.schema import (
     MODEL_PRICES_TABLE,
     RUN_SUMMARY_VIEW,

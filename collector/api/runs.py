@@ -20,10 +20,10 @@ import re
 import time
 from typing import Any
 
-from afr_exporter.semconv import RUN_KINDS
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from afr_exporter.semconv import RUN_KINDS
 from collector.auth import Authenticator
 from collector.errors import Unauthenticated
 from collector.model import SpanRecord

@@ -26,7 +26,6 @@ import re
 from collections.abc import Callable, Mapping
 
 from afr_exporter.semconv import RUN_KINDS
-
 from collector.model import SpanRecord, escape_surrogates
 from collector.processors.tool_calls import link_tool_calls, native_tool_call_id
 

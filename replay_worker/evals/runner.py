@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from afr_exporter import semconv as sc
-from afr_exporter.convert import agent_definitions
 from agents import Agent, Model, gen_trace_id
 from agents.tracing import SpanError, custom_span
 
+from afr_exporter import semconv as sc
+from afr_exporter.convert import agent_definitions
 from replay_worker.child import openai_model_factory
 from replay_worker.evals.assertions import AssertionResult, Observed, check_all
 from replay_worker.evals.contract import EvalDocument

@@ -32,9 +32,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from afr_exporter import semconv as sc
 from pydantic import ValidationError
 
+from afr_exporter import semconv as sc
 from replay_worker.client import CollectorClient, RunNotFound
 from replay_worker.evals.assertions import Observed, ObservedCall
 from replay_worker.evals.contract import (

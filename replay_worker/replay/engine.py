@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from afr_exporter import semconv as sc
-from afr_exporter.semconv import METADATA_DETERMINISTIC_IDS
 from agents import (
     Agent,
     GuardrailFunctionOutput,
@@ -32,6 +30,8 @@ from agents import (
 )
 from agents.tracing import custom_span
 
+from afr_exporter import semconv as sc
+from afr_exporter.semconv import METADATA_DETERMINISTIC_IDS
 from replay_worker.ledger import BudgetExceeded
 from replay_worker.replay.fixture import Fixture
 from replay_worker.replay.output import CapturedOutputSchema

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import afr_exporter
 from agents import Model, gen_trace_id
 
+import afr_exporter
 from afr.incident import build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from replay_worker.replay.engine import ReplayResult, run_replay

@@ -8,10 +8,10 @@ import os
 import signal
 from pathlib import Path
 
-import afr_exporter
 import pytest
 from agents import gen_trace_id
 
+import afr_exporter
 from afr.cli import main
 from afr.incident import build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer

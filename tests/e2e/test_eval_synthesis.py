@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import afr_exporter
 import httpx
 import pytest
 from agents import gen_trace_id, set_trace_processors
 
+import afr_exporter
 from afr.incident import RefundDesk, build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
 from replay_worker.app import WorkerThread

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import afr_exporter
 import pytest
 from agents import gen_trace_id
 from agents.tracing import set_trace_processors
 
+import afr_exporter
 from afr.scripted_model import ScriptedModelServer
 from replay_worker.client import CollectorClient
 from replay_worker.replay.engine import ReplayResult, run_replay

@@ -13,10 +13,10 @@ import copy
 import json
 from typing import Any
 
-from afr_exporter.semconv import RUN_KINDS
 from hypothesis import given
 from hypothesis import strategies as st
 
+from afr_exporter.semconv import RUN_KINDS
 from collector.model import SPAN_TYPES, SpanRecord, encode_rows
 from collector.processors.normalize import BODY_ATTRIBUTE_BYTES, normalize, normalize_trace
 from tests.fuzz.strategies import (

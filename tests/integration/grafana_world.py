@@ -11,10 +11,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-import afr_exporter
 import httpx
 from agents import Model
 
+import afr_exporter
 from afr.incident import build_model, failing_script, fixed_script
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
 from replay_worker.evals.contract import EvalDocument

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import afr_exporter
 import httpx
 import pytest
 from agents import gen_trace_id
 
+import afr_exporter
 from afr.incident import build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from collector.auth import KeyStore

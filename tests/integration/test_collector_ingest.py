@@ -7,7 +7,6 @@ import gzip
 import json
 from typing import Any
 
-import afr_exporter
 import grpc
 import httpx
 import pytest
@@ -23,6 +22,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
+import afr_exporter
 from afr.incident import build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from tests.integration.conftest import Running

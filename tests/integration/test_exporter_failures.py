@@ -9,13 +9,13 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import afr_exporter
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+import afr_exporter
 from afr.incident import build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from tests.fakes import OtlpGrpcSink, _Recorder, _Servicer, free_port

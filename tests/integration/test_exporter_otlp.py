@@ -7,13 +7,13 @@ import json
 from collections import Counter
 from typing import Any
 
-import afr_exporter
 import pytest
-from afr_exporter.convert import iso_to_ns, otel_span_id, otel_trace_id, workflow_span_id
 from agents.tracing import add_trace_processor
 
+import afr_exporter
 from afr.incident import MALFORMED_AMOUNT, ModelApi, build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
+from afr_exporter.convert import iso_to_ns, otel_span_id, otel_trace_id, workflow_span_id
 from tests.fakes import OtlpGrpcSink, OtlpHttpSink, ReceivedSpan, RecordingProcessor
 
 APIS: list[ModelApi] = ["responses", "chat"]

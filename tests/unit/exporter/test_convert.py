@@ -6,14 +6,6 @@ import json
 from typing import Any
 
 import pytest
-from afr_exporter import semconv as sc
-from afr_exporter.convert import (
-    SpanConverter,
-    iso_to_ns,
-    otel_span_id,
-    otel_trace_id,
-    workflow_span_id,
-)
 from agents.tracing.span_data import (
     AgentSpanData,
     CustomSpanData,
@@ -35,6 +27,14 @@ from agents.tracing.traces import TraceImpl
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import StatusCode
 
+from afr_exporter import semconv as sc
+from afr_exporter.convert import (
+    SpanConverter,
+    iso_to_ns,
+    otel_span_id,
+    otel_trace_id,
+    workflow_span_id,
+)
 from tests.fakes import RecordingProcessor
 
 TRACE_ID = "trace_0123456789abcdef0123456789abcdef"

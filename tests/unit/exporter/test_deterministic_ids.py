@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-import afr_exporter
-from afr_exporter import semconv as sc
 from agents import gen_trace_id
 from agents.tracing import set_trace_processors
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import afr_exporter
 from afr.incident import build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
+from afr_exporter import semconv as sc
 
 Shape = set[tuple[str, int, int | None]]
 
