@@ -111,7 +111,7 @@ def _up(args: argparse.Namespace) -> int:
             print(f"  replay hook http://{worker.settings.host}:{worker_port}/hooks/replay")
             print(
                 f"    ({worker.settings.concurrency} replay processes; jobs and spend in "
-                f"{worker.settings.state_path})"
+                f"{worker.settings.state_location})"
             )
             print(
                 f"    (signing secret in {settings.data_dir / WEBHOOK_SECRET_FILE}; try: afr replay <run id>)"
@@ -194,7 +194,7 @@ def _worker(args: argparse.Namespace) -> int:
         print(f"afr replay worker up: POST http://{worker.settings.host}:{port}/hooks/replay")
         print(
             f"  {worker.settings.concurrency} replay processes; jobs and spend in "
-            f"{worker.settings.state_path}"
+            f"{worker.settings.state_location}"
         )
         print(f"  {_sweep_line(worker)}")
         sys.stdout.flush()
@@ -346,6 +346,7 @@ def _eval_run(args: argparse.Namespace) -> int:
         junit=args.junit,
         allow_inconclusive=args.allow_inconclusive,
         sweep_id=args.sweep_id,
+        slot=args.slot,
         json_output=args.json,
         workers=args.workers,
         export=not args.no_export,
@@ -416,6 +417,27 @@ def _sweep_run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0 if summary.ok else 1
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from collector.settings import CollectorSettings
+    from collector.store.cluster import schema_text
+
+    try:
+        settings = CollectorSettings()  # AFR_DATABASE, AFR_TTL_DAYS: as the collector has them
+        text = schema_text(
+            database=args.database or settings.database,
+            ttl_days=settings.ttl_days if args.ttl_days is None else args.ttl_days,
+            cluster=args.cluster,
+            shards=args.shards,
+            replicas=args.replicas,
+            config=args.config,
+        )
+    except ValueError as exc:
+        print(f"afr schema: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
 
 
 def _runs(args: argparse.Namespace) -> int:
@@ -564,7 +586,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_evals.add_argument(
         "--shard",
         metavar="I/N",
-        help="run only shard I of N (1-based; N machines cover each eval once)",
+        help="run only shard I of N: I from 1 to N, or 0 to N-1 (a Kubernetes Indexed Job's "
+        "JOB_COMPLETION_INDEX; 0/N is N/N); N machines cover each eval once",
     )
     run_evals.add_argument("--junit", type=Path, metavar="FILE", help="write a JUnit XML report")
     run_evals.add_argument(
@@ -572,7 +595,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="an INCONCLUSIVE eval does not fail the run (a skipped test in JUnit)",
     )
-    run_evals.add_argument("--sweep-id", help="record the eval runs as part of this sweep")
+    of_sweep = run_evals.add_mutually_exclusive_group()
+    of_sweep.add_argument("--sweep-id", help="record the eval runs as part of this sweep")
+    of_sweep.add_argument(
+        "--slot",
+        help="record the eval runs as the sweep of this slot (named as for afr sweep run "
+        "--slot): every shard and retry of a slot writes each eval's run once; exit 3 when "
+        "the runs did not all reach the collector",
+    )
     run_evals.add_argument("--workers", type=int, default=1, help="eval processes (default 1)")
     run_evals.add_argument("--json", action="store_true", help="print the outcomes as JSON")
     run_evals.add_argument(
@@ -606,6 +636,33 @@ def build_parser() -> argparse.ArgumentParser:
     collector_flags(sweep_run)
     sweep_run.set_defaults(func=_sweep_run)
 
+    schema = commands.add_parser(
+        "schema",
+        help="print the store's DDL: one node (as the collector applies it) or a cluster",
+        description="Without --cluster: the single-node schema the collector applies itself. "
+        "With --cluster NAME: the schema of a ClickHouse cluster (ON CLUSTER, Replicated "
+        "tables, Distributed tables under the collector's names; docs/adr/0022), to apply "
+        "once on any node with clickhouse-client --multiquery; the collector then runs with "
+        "AFR_CLICKHOUSE_CLUSTER=NAME and never migrates.",
+    )
+    schema.add_argument("--cluster", metavar="NAME", help="the cluster in remote_servers")
+    schema.add_argument(
+        "--shards",
+        type=int,
+        metavar="N",
+        help="the DDL first checks that the node's cluster has N shards; with --config, the "
+        "cluster definition for N shards",
+    )
+    schema.add_argument("--replicas", type=int, default=1, help="per shard, for --config")
+    schema.add_argument(
+        "--config",
+        choices=("xml", "yaml"),
+        help="print the cluster definition (remote_servers, macros, Keeper) instead",
+    )
+    schema.add_argument("--database", help="default AFR_DATABASE (afr)")
+    schema.add_argument("--ttl-days", type=int, help="default AFR_TTL_DAYS (none)")
+    schema.set_defaults(func=_schema)
+
     from afr.runs_cli import add_runs_parser  # stdlib only at import: cheap for every command
 
     add_runs_parser(commands).set_defaults(func=_runs)  # afr runs list|show|tail
@@ -613,6 +670,14 @@ def build_parser() -> argparse.ArgumentParser:
     from afr.grafana.command import add_grafana_parser  # stdlib only at import
 
     add_grafana_parser(commands).set_defaults(func=_grafana)  # afr grafana push
+
+    from afr.secrets_cli import add_secrets_parser  # stdlib only at import
+
+    add_secrets_parser(commands)  # afr secrets init
+
+    from afr.openapi_cli import add_openapi_parser  # stdlib only at import
+
+    add_openapi_parser(commands)  # afr openapi [--write|--check]
 
     demo = commands.add_parser("demo", help="walk the sacred path end to end and say what happened")
     demo.add_argument("--data-dir", type=Path, help="default ./.afr/demo")

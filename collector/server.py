@@ -84,6 +84,7 @@ class Collector:
                 ttl_days=settings.ttl_days,
                 max_partitions_per_insert=settings.max_partitions_per_insert,
                 fsync_parts=settings.store_fsync,
+                cluster=settings.clickhouse_cluster,
             )
             clickhouse.migrate()
             clickhouse.set_model_prices(settings.model_prices)

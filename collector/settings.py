@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK, UNLISTED_MODEL
 
@@ -23,7 +29,18 @@ class CollectorSettings(BaseSettings):
     """Embedded store, write-ahead log, API keys and generated secrets live here."""
     clickhouse_url: str | None = None
     """``http(s)://user:pw@host:8123/db`` for a ClickHouse server; unset -> chDB under data_dir."""
+    clickhouse_password: SecretStr | None = None
+    """Password of ``clickhouse_url``'s user when the URL holds none: kept out of the URL so
+    it can come from a secret file (``secrets_dir``)."""
     database: str = "afr"
+    clickhouse_cluster: str | None = None
+    """The cluster (``remote_servers`` name) whose ``afr schema --cluster`` tables
+    ``clickhouse_url`` serves: the collector checks that schema instead of migrating, and
+    inserts and reads through the Distributed tables with the settings they need (ADR 22)."""
+    secrets_dir: Path | None = None
+    """A directory of files named like the variables (``AFR_CLICKHOUSE_PASSWORD``,
+    ``AFR_REDACTION_KEY``...), each holding one value, as ``afr secrets init`` writes them and
+    Compose or Kubernetes mount them; the environment wins over a file."""
 
     grpc_host: str = "127.0.0.1"
     grpc_port: int = Field(default=4317, ge=0, le=65535)
@@ -117,6 +134,15 @@ class CollectorSettings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_cluster(self) -> CollectorSettings:
+        if self.clickhouse_cluster and not (self.clickhouse_url or "").startswith("http"):
+            raise ValueError(
+                "AFR_CLICKHOUSE_CLUSTER needs AFR_CLICKHOUSE_URL: a node of that cluster "
+                "(http:// or https://)"
+            )
+        return self
+
     @field_validator("model_prices")
     @classmethod
     def _check_prices(cls, value: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
@@ -133,10 +159,33 @@ class CollectorSettings(BaseSettings):
             raise ValueError("AFR_CLICKHOUSE_URL must start with http://, https:// or chdb://")
         return value
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            dotenv_settings,
+            _secret_files(settings_cls, init_settings, env_settings),
+        )
+
+    @field_validator("secrets_dir")
+    @classmethod
+    def _check_secrets_dir(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_dir():
+            raise ValueError(f"AFR_SECRETS_DIR: {value} is not a directory")
+        return value
+
     @property
     def store_dsn(self) -> str:
         if self.clickhouse_url:
-            return self.clickhouse_url
+            return _with_password(self.clickhouse_url, self.clickhouse_password)
         return f"chdb://{(self.data_dir / 'chdb').resolve()}"
 
     @property
@@ -166,3 +215,29 @@ class CollectorSettings(BaseSettings):
     @property
     def keys_path(self) -> Path:
         return self.data_dir / "keys.sqlite"
+
+
+def _secret_files(
+    settings_cls: type[BaseSettings],
+    init_settings: PydanticBaseSettingsSource,
+    env_settings: PydanticBaseSettingsSource,
+) -> PydanticBaseSettingsSource:
+    """The files of ``secrets_dir`` (given as a keyword or in the environment) as a source
+    read after the environment; none when it is unset or not a directory (the field's
+    validator then says so)."""
+    directory = init_settings().get("secrets_dir") or env_settings().get("secrets_dir")
+    found = Path(directory) if directory else None
+    return SecretsSettingsSource(
+        settings_cls, secrets_dir=found if found is not None and found.is_dir() else None
+    )
+
+
+def _with_password(url: str, password: SecretStr | None) -> str:
+    """``url`` with ``password`` for its user (``default`` if it names none), unless the URL
+    holds a password already."""
+    parts = urlsplit(url)
+    if password is None or parts.password is not None or parts.scheme == "chdb":
+        return url
+    user, _, host = parts.netloc.rpartition("@")  # the user as written: percent-encoded
+    secret = quote(password.get_secret_value(), safe="")
+    return urlunsplit(parts._replace(netloc=f"{user or 'default'}:{secret}@{host}"))

@@ -33,20 +33,46 @@ import asyncio
 import importlib
 import json
 import logging
-import re
 import socket
 import threading
 import time
-from typing import Any
+from http import HTTPStatus
+from typing import Any, TypeVar
 
 import uvicorn
+from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from replay_worker.client import CollectorClient, CollectorUnavailable, RunNotFound
+from replay_worker.hooks.models import (
+    EvalHook,
+    EvalWritten,
+    Health,
+    Job,
+    JobAccepted,
+    ReplayHook,
+    Sweep,
+    SweepAccepted,
+    SweepHook,
+    dump,
+    problem,
+)
 from replay_worker.hooks.signature import SignatureError, verify
+from replay_worker.hooks.status import (
+    BadRequest,
+    BodyTooLarge,
+    HookError,
+    NoEval,
+    NoEvalsDirectory,
+    NotFound,
+    Unhealthy,
+    Unsigned,
+    error_response,
+    status_of,
+)
 from replay_worker.jobs import JobRunner
 from replay_worker.openapi import OPENAPI
 from replay_worker.pool import ChildConfig
@@ -58,7 +84,6 @@ __all__ = ["ReplayWorker", "WorkerThread"]
 
 logger = logging.getLogger("afr.worker")
 
-_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 _MAX_HOOK_BYTES = 1024 * 1024
 
 
@@ -75,6 +100,24 @@ def _json_body(body: bytes) -> Any:
     except UnicodeEncodeError:
         raise ValueError("the body holds text that is not UTF-8 (a lone surrogate)") from None
     return payload
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _hook_body(model: type[M], body: bytes, what: str) -> M:
+    """The body validated by its model; any fault is a ``BadRequest`` naming the field."""
+    try:
+        return model.model_validate(_json_body(body) if body.strip() else {})
+    except ValidationError as exc:
+        raise BadRequest(f"bad {what} request: {problem(exc)}") from None
+    except ValueError as exc:  # not JSON, or JSON no store can hold
+        raise BadRequest(f"bad {what} request: {exc}") from None
+
+
+def _answer(model: BaseModel, status: int = HTTPStatus.OK) -> JSONResponse:
+    """A success answer, built through its model (the document's schema of it)."""
+    return JSONResponse(dump(model), status_code=status)
 
 
 class ReplayWorker:
@@ -99,28 +142,25 @@ class ReplayWorker:
         if settings.webhook_secret is None:
             logger.warning("no AFR_WORKER_WEBHOOK_SECRET: every replay hook will be refused")
 
-    async def signed_request(self, request: Request) -> tuple[str, bytes] | Response:
+    async def signed_request(self, request: Request) -> tuple[str, bytes]:
         """The webhook id and raw body of a request signed with the worker's secret
-        (Standard Webhooks), or the response refusing it: 413 once the body passes the cap
-        (before anything is verified), 401 when unsigned, badly signed or stale. Every hook
+        (Standard Webhooks). Raises ``BodyTooLarge`` once the body passes the cap (before
+        anything is verified), ``Unsigned`` when unsigned, badly signed or stale. Every hook
         of the worker goes through here."""
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > _MAX_HOOK_BYTES:
-            return JSONResponse({"error": "hook body too large"}, status_code=413)
+            raise BodyTooLarge("hook body too large")
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():  # capped before anything is verified
             size += len(chunk)
             if size > _MAX_HOOK_BYTES:
-                return JSONResponse({"error": "hook body too large"}, status_code=413)
+                raise BodyTooLarge("hook body too large")
             chunks.append(chunk)
         body = b"".join(chunks)
         secret = self.settings.webhook_secret
         if secret is None:
-            return JSONResponse(
-                {"error": "hooks are not configured on this worker (no webhook secret)"},
-                status_code=401,
-            )
+            raise Unsigned("hooks are not configured on this worker (no webhook secret)")
         try:
             webhook_id = verify(
                 secret.get_secret_value(),
@@ -129,50 +169,27 @@ class ReplayWorker:
                 tolerance_s=self.settings.webhook_tolerance_s,
             )
         except SignatureError as exc:
-            return JSONResponse({"error": f"invalid signature: {exc}"}, status_code=401)
+            raise Unsigned(f"invalid signature: {exc}") from None
         return webhook_id, body
 
     async def hook(self, request: Request) -> Response:
-        signed = await self.signed_request(request)
-        if isinstance(signed, Response):
-            return signed
-        webhook_id, body = signed
         try:
-            payload = _json_body(body)
-            run_id = str(payload["run_id"]).lower().removeprefix("trace_")
-            model = payload.get("model")
-            stubs = payload.get("stubs") or {}
-            policy = payload.get("policy", "exact")
-            if policy not in ("exact", "strict", "lenient"):
-                raise ValueError("policy must be exact, strict or lenient")
-            if not _RUN_ID.match(run_id):
-                raise ValueError("run_id must be 32 hex digits")
-            if model is not None and not isinstance(model, str):
-                raise ValueError("model must be a string")
-            if not isinstance(stubs, dict) or not all(isinstance(v, str) for v in stubs.values()):
-                raise ValueError("stubs maps tool names to output strings")
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return JSONResponse({"error": f"bad replay request: {exc}"}, status_code=400)
+            webhook_id, body = await self.signed_request(request)
+            replay = _hook_body(ReplayHook, body, "replay")
+        except HookError as error:
+            return error_response(error)
         job, _ = await self.jobs.submit(
-            webhook_id, run_id, model, {str(k): v for k, v in stubs.items()}, policy
+            webhook_id, replay.run_id, replay.model, dict(replay.stubs or {}), replay.policy
         )
-        return JSONResponse(
-            {"job_id": job.job_id, "state": job.state, "status_url": f"/jobs/{job.job_id}"},
-            status_code=202,
-        )
+        accepted = JobAccepted(job_id=job.job_id, state=job.state, status_url=f"/jobs/{job.job_id}")
+        return _answer(accepted, HTTPStatus.ACCEPTED)
 
     async def eval_hook(self, request: Request) -> Response:
-        signed = await self.signed_request(request)
-        if isinstance(signed, Response):
-            return signed
-        _, body = signed
         try:
-            payload = _json_body(body)
-            run_id = str(payload["replay_run_id"]).lower().removeprefix("trace_")
-            if not _RUN_ID.match(run_id):
-                raise ValueError("replay_run_id must be 32 hex digits")
-        except (ValueError, KeyError, TypeError) as exc:
-            return JSONResponse({"error": f"bad eval request: {exc}"}, status_code=400)
+            _, body = await self.signed_request(request)
+            run_id = _hook_body(EvalHook, body, "eval").replay_run_id
+        except HookError as error:
+            return error_response(error)
         # The SDK loads with the eval modules: off the event loop, once, on first use (the
         # worker's own process otherwise never needs it); the imports below are then instant.
         await asyncio.to_thread(importlib.import_module, "replay_worker.evals.synthesis")
@@ -183,73 +200,63 @@ class ReplayWorker:
         key = settings.collector_key.get_secret_value() if settings.collector_key else None
         client = CollectorClient(settings.collector_url, key)
         try:
-            source, replay = await fetch_runs(client, run_id, wait_s=settings.run_wait_s)
-            document = synthesize(source, replay)
-        except SynthesisError as exc:
-            return JSONResponse({"error": exc.reason, "verdict": exc.verdict}, status_code=422)
-        except RunNotFound as exc:
-            return JSONResponse({"error": str(exc)}, status_code=404)
-        except CollectorUnavailable as exc:
-            return JSONResponse({"error": str(exc)}, status_code=503)
+            try:
+                source, replay = await fetch_runs(client, run_id, wait_s=settings.run_wait_s)
+                document = synthesize(source, replay)
+            except SynthesisError as exc:
+                raise NoEval(exc.reason, exc.verdict) from None
+        except (NoEval, RunNotFound, CollectorUnavailable) as error:
+            return error_response(error)
         path = await asyncio.to_thread(write_eval, document, settings.evals_dir)
-        return JSONResponse(
-            {
-                "eval_id": document.id,
-                "path": str(path),
-                "eval": document.model_dump(mode="json", by_alias=True),
-            },
-            status_code=201,
+        written = EvalWritten(
+            eval_id=document.id,
+            path=str(path),
+            eval=document.model_dump(mode="json", by_alias=True),
         )
+        return _answer(written, HTTPStatus.CREATED)
 
     async def sweep_hook(self, request: Request) -> Response:
-        signed = await self.signed_request(request)
-        if isinstance(signed, Response):
-            return signed
-        webhook_id, body = signed
         try:
-            payload = _json_body(body) if body.strip() else {}
-            if not isinstance(payload, dict):
-                raise ValueError("the body is a JSON object")
-            label = payload.get("slot", webhook_id)
-            if not isinstance(label, str) or not label.strip() or len(label) > 200:
-                raise ValueError("slot must be a non-empty string of at most 200 characters")
-        except ValueError as exc:
-            return JSONResponse({"error": f"bad sweep request: {exc}"}, status_code=400)
-        if not await asyncio.to_thread(self.settings.evals_dir.is_dir):
-            return JSONResponse(
-                {"error": f"no evals directory {self.settings.evals_dir} on this worker"},
-                status_code=409,
-            )
-        sweep, _ = await self.sweeps.submit(self.sweeps.schedule.resolve(label.strip()), "hook")
-        return JSONResponse(
-            {
-                "sweep_id": sweep.sweep_id,
-                "slot": sweep.slot,
-                "state": sweep.state,
-                "status_url": f"/sweeps/{sweep.sweep_id}",
-            },
-            status_code=202,
+            webhook_id, body = await self.signed_request(request)
+            slot = _hook_body(SweepHook, body, "sweep").slot or webhook_id
+            if not await asyncio.to_thread(self.settings.evals_dir.is_dir):
+                raise NoEvalsDirectory(
+                    f"no evals directory {self.settings.evals_dir} on this worker"
+                )
+        except HookError as error:
+            return error_response(error)
+        sweep, _ = await self.sweeps.submit(self.sweeps.schedule.resolve(slot.strip()), "hook")
+        accepted = SweepAccepted(
+            sweep_id=sweep.sweep_id,
+            slot=sweep.slot,
+            state=sweep.state,
+            status_url=f"/sweeps/{sweep.sweep_id}",
         )
+        return _answer(accepted, HTTPStatus.ACCEPTED)
 
     async def sweep(self, request: Request) -> Response:
         sweep = await self.sweeps.get(str(request.path_params["sweep_id"]))
         if sweep is None:
-            return JSONResponse({"error": "no such sweep"}, status_code=404)
-        return JSONResponse(sweep.to_json())
+            return error_response(NotFound("no such sweep"))
+        return _answer(Sweep.model_validate(sweep.to_json()))
 
     async def job(self, request: Request) -> Response:
         job = await self.jobs.get(str(request.path_params["job_id"]))
         if job is None:
-            return JSONResponse({"error": "no such job"}, status_code=404)
-        return JSONResponse(job.to_json())
+            return error_response(NotFound("no such job"))
+        return _answer(Job.model_validate(job.to_json()))
 
     async def health(self, request: Request) -> Response:
         failure = self.jobs.failure or self.sweeps.failure
-        body = {"ok": failure is None, **await self.jobs.stats()}
-        body["sweeps"] = await self.sweeps.stats()
-        if failure is not None:
-            body["error"] = failure
-        return JSONResponse(body, status_code=200 if failure is None else 503)
+        report = Health.model_validate(
+            {
+                "ok": failure is None,
+                "error": failure,
+                **await self.jobs.stats(),
+                "sweeps": await self.sweeps.stats(),
+            }
+        )
+        return _answer(report, HTTPStatus.OK if failure is None else status_of(Unhealthy))
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(OPENAPI)

@@ -33,7 +33,7 @@ from replay_worker.replay.engine import run_replay
 from replay_worker.replay.fixture import FixtureError, build_fixture
 from replay_worker.replay.stubs import MatchPolicy
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import StateStore
+from replay_worker.state import open_state_store
 
 __all__ = ["ReplayProcess", "child_main", "openai_model_factory", "warm_up"]
 
@@ -179,7 +179,7 @@ class ReplayProcess:
         )
         self._client = CollectorClient(settings.collector_url, key)
         self._model_factory = openai_model_factory(settings)
-        self._store = StateStore(settings.state_path)
+        self._store = open_state_store(settings)
         self._day = DayBudget(self._store, settings.day_budget_usd, config.clock)
 
     async def _fetch_run(self, run_id: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from replay_worker.pool import ChildConfig, JobSpec, PoolResult, ReplayPool
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import FINISHED, Clock, Job, Owner, StateStore, utc_day
+from replay_worker.state import FINISHED, Clock, Job, Owner, StateStore, open_state_store, utc_day
 
 __all__ = ["Job", "JobRunner"]
 
@@ -42,7 +42,7 @@ class JobRunner:
         clock: Clock = time.time,
     ) -> None:
         self._settings = settings
-        self.store = store or StateStore(settings.state_path)
+        self.store = store or open_state_store(settings)
         self._clock = clock
         self.owner = Owner.current(secrets.token_hex(4))
         self.pool: ReplayPool | None = None
@@ -164,7 +164,7 @@ class JobRunner:
                             self.store.claim, self.owner, self._clock(), self._settings.job_lease_s
                         )
                     except Exception:  # a locked or unavailable store: try again later
-                        logger.exception("could not claim a job from %s", self.store.path)
+                        logger.exception("could not claim a job from %s", self.store.location)
                     if job is None:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self._wake.wait(), _POLL_S)
@@ -218,4 +218,4 @@ class JobRunner:
                     self._clock() + self._settings.job_lease_s,
                 )
             except Exception:
-                logger.exception("could not renew job leases in %s", self.store.path)
+                logger.exception("could not renew job leases in %s", self.store.location)

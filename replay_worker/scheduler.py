@@ -460,7 +460,7 @@ class SweepScheduler:
                 self.store.claim_sweep, self.owner, self._clock(), self._lease_s
             )
         except Exception:  # a locked or unavailable store: try again on the next tick
-            logger.exception("could not claim a sweep from %s", self.store.path)
+            logger.exception("could not claim a sweep from %s", self.store.location)
             return None
         if sweep is None:
             return None

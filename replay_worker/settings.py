@@ -5,19 +5,28 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
+from replay_worker.state_engines import POSTGRES_SCHEMES, redact_url
 
 __all__ = ["DEFAULT_PRICES_PER_MTOK", "WorkerSettings"]
 
 
 class WorkerSettings(BaseSettings):
     # populate_by_name: fields with an env alias (the AFR_SWEEP_* names) still take keywords.
+    # hide_input_in_errors: a value that fails validation may be a secret (the state URL's
+    # password, a key); the error names the field and the reason, never the value.
     model_config = SettingsConfigDict(
-        env_prefix="AFR_WORKER_", extra="ignore", populate_by_name=True
+        env_prefix="AFR_WORKER_", extra="ignore", populate_by_name=True, hide_input_in_errors=True
     )
 
     host: str = "127.0.0.1"
@@ -31,6 +40,10 @@ class WorkerSettings(BaseSettings):
     webhook_secret: SecretStr | None = None
     """Standard Webhooks secret (``whsec_<base64>``) that signs ``POST /hooks/replay``."""
     webhook_tolerance_s: int = Field(default=300, ge=1)
+    secrets_dir: Path | None = None
+    """A directory of files named like the variables (``AFR_WORKER_COLLECTOR_KEY``,
+    ``AFR_WORKER_WEBHOOK_SECRET``...), each holding one value, as ``afr secrets init`` writes
+    them and Compose or Kubernetes mount them; the environment wins over a file."""
 
     model_base_url: str | None = None
     """OpenAI-compatible base URL; unset -> OpenAI (``OPENAI_BASE_URL`` if set)."""
@@ -52,8 +65,14 @@ class WorkerSettings(BaseSettings):
     )
 
     data_dir: Path = Path(".afr/data/worker")
-    """The state store (jobs, webhook ids, the day's spend): every worker process using the
-    same directory shares them. A local disk. ``afr up`` uses ``<its data dir>/worker``."""
+    """The state store (jobs, webhook ids, the day's spend, sweep slots) when ``state_url`` is
+    unset: every worker process using the same directory shares them. A local disk. ``afr
+    up`` uses ``<its data dir>/worker``."""
+    state_url: SecretStr | None = None
+    """A PostgreSQL database shared by worker replicas on several hosts
+    (``postgresql://user:password@host:5432/afr``; libpq URI, ``?sslmode=...`` and the like
+    pass through). Unset: the SQLite file ``<data_dir>/state.sqlite``, for one machine. Only
+    its redacted form (``state_location``) is ever printed."""
     concurrency: int = Field(default=2, ge=1, le=64)
     """Replay processes, each running one job at a time (the SDK's trace processors are
     process-global). Jobs beyond this wait in the queue."""
@@ -101,6 +120,18 @@ class WorkerSettings(BaseSettings):
     )
     """A sweep process still running after this is killed; the slot is retried (resuming)."""
 
+    @field_validator("state_url", mode="after")
+    @classmethod
+    def _state_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None  # AFR_WORKER_STATE_URL= (empty): the SQLite file
+        url = value.get_secret_value().strip()
+        if urlsplit(url).scheme not in POSTGRES_SCHEMES:
+            raise ValueError(
+                f"AFR_WORKER_STATE_URL must be a postgresql:// URL, not {redact_url(url)!r}"
+            )
+        return SecretStr(url)
+
     @model_validator(mode="after")
     def _sweep_schedule(self) -> WorkerSettings:
         from replay_worker.scheduler import parse_schedule  # no cycle: it imports no settings
@@ -108,11 +139,58 @@ class WorkerSettings(BaseSettings):
         parse_schedule(self.sweep_cron, self.sweep_tz)  # fail at start-up, with the reason
         return self
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            dotenv_settings,
+            _secret_files(settings_cls, init_settings, env_settings),
+        )
+
+    @field_validator("secrets_dir")
+    @classmethod
+    def _check_secrets_dir(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_dir():
+            raise ValueError(f"AFR_WORKER_SECRETS_DIR: {value} is not a directory")
+        return value
+
     @property
     def state_path(self) -> Path:
+        """The SQLite file used when ``state_url`` is unset."""
         return self.data_dir / "state.sqlite"
+
+    @property
+    def state_location(self) -> str:
+        """Where the state store is, safe to print: the URL without its password, or the
+        SQLite file."""
+        if self.state_url is not None:
+            return redact_url(self.state_url.get_secret_value())
+        return str(self.state_path)
 
 
 def _env_secret(name: str) -> SecretStr | None:
     value = os.environ.get(name)
     return SecretStr(value) if value else None
+
+
+def _secret_files(
+    settings_cls: type[BaseSettings],
+    init_settings: PydanticBaseSettingsSource,
+    env_settings: PydanticBaseSettingsSource,
+) -> PydanticBaseSettingsSource:
+    """The files of ``secrets_dir`` (a keyword or the environment) as a source read after
+    the environment, as the collector's settings do; none when it is unset or not a
+    directory (the field's validator then says so)."""
+    directory = init_settings().get("secrets_dir") or env_settings().get("secrets_dir")
+    found = Path(directory) if directory else None
+    return SecretsSettingsSource(
+        settings_cls, secrets_dir=found if found is not None and found.is_dir() else None
+    )

@@ -1,12 +1,15 @@
-"""The worker's small state (DESIGN.md decision 11): jobs, webhook-id deduplication and the
-day's spend, in one SQLite file under the worker's data directory.
+"""The worker's small state (DESIGN.md decision 11): jobs, webhook-id deduplication, the
+day's spend and sweep slots. By default one SQLite file under the worker's data directory,
+for one machine; with ``AFR_WORKER_STATE_URL``, a PostgreSQL database that worker replicas on
+several hosts share (ADR 12; the engines are in ``state_engines.py``).
 
-Every worker process that opens the same file shares the state: the HTTP processes that
-accept hooks, and the replay processes that reserve and settle model costs. SQLite in WAL
-mode gives readers that never block and one writer at a time; each check-and-write runs in
-a ``BEGIN IMMEDIATE`` transaction, so "is this webhook id new?" and "does this request fit
-the day's budget?" are atomic across processes. The file must be on a local disk (WAL needs
-shared memory), which is also what "a small state store in the data directory" means.
+Every worker process that opens the same state shares it: the HTTP processes that accept
+hooks, and the replay processes that reserve and settle model costs. Each check-and-write is
+one transaction the engine makes atomic across processes and hosts (SQLite: ``BEGIN
+IMMEDIATE``; PostgreSQL: ``SERIALIZABLE``, run again after a serialization failure), so "is
+this webhook id new?", "does this request fit the day's budget?" and "is this job or slot
+free?" each have one answer. The SQLite file must be on a local disk (WAL needs shared
+memory).
 
 Money is stored as integer nano-dollars, so sums of many small charges stay exact.
 
@@ -26,13 +29,22 @@ import datetime as dt
 import json
 import os
 import socket
-import sqlite3
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from replay_worker.state_engines import (
+    POSTGRES_SCHEMES,
+    Engine,
+    PostgresEngine,
+    SQLiteEngine,
+    StateStoreUnavailable,
+    Tx,
+)
+
+if TYPE_CHECKING:
+    from replay_worker.settings import WorkerSettings
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -42,10 +54,12 @@ __all__ = [
     "JobState",
     "Owner",
     "StateStore",
+    "StateStoreUnavailable",
     "Sweep",
     "SweepResult",
     "SweepState",
     "nusd",
+    "open_state_store",
     "usd",
     "utc_day",
 ]
@@ -61,65 +75,6 @@ SWEEP_MAX_ATTEMPTS = 3
 """A sweep whose process died this many times is failed (each attempt resumes the last)."""
 DEFAULT_MAX_SWEEPS_KEPT = 1_000
 DEFAULT_MAX_JOBS_KEPT = 10_000
-_SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    job_id        TEXT PRIMARY KEY,
-    webhook_id    TEXT NOT NULL UNIQUE,
-    run_id        TEXT NOT NULL,
-    model         TEXT,
-    stubs         TEXT NOT NULL,
-    policy        TEXT NOT NULL DEFAULT 'exact',
-    state         TEXT NOT NULL,
-    attempts      INTEGER NOT NULL DEFAULT 0,
-    owner         TEXT,
-    owner_host    TEXT,
-    owner_pid     INTEGER,
-    lease_until   REAL,
-    created_at    REAL NOT NULL,
-    started_at    REAL,
-    finished_at   REAL,
-    result        TEXT,
-    error         TEXT,
-    cost_nusd     INTEGER NOT NULL DEFAULT 0,
-    overrun_nusd  INTEGER NOT NULL DEFAULT 0,
-    requests      INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at);
-CREATE TABLE IF NOT EXISTS spend (
-    day           TEXT PRIMARY KEY,
-    spent_nusd    INTEGER NOT NULL DEFAULT 0,
-    overrun_nusd  INTEGER NOT NULL DEFAULT 0,
-    requests      INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS sweeps (
-    sweep_id      TEXT PRIMARY KEY,
-    slot          TEXT NOT NULL,
-    trigger       TEXT NOT NULL,
-    state         TEXT NOT NULL,
-    attempts      INTEGER NOT NULL DEFAULT 0,
-    owner         TEXT,
-    owner_host    TEXT,
-    owner_pid     INTEGER,
-    lease_until   REAL,
-    created_at    REAL NOT NULL,
-    started_at    REAL,
-    finished_at   REAL,
-    summary       TEXT,
-    error         TEXT
-);
-CREATE INDEX IF NOT EXISTS sweeps_by_state ON sweeps (state, created_at);
-CREATE TABLE IF NOT EXISTS sweep_results (
-    sweep_id      TEXT NOT NULL,
-    eval_id       TEXT NOT NULL,
-    status        TEXT NOT NULL,
-    eval_run_id   TEXT,
-    result        TEXT NOT NULL,
-    recorded_at   REAL NOT NULL,
-    PRIMARY KEY (sweep_id, eval_id)
-);
-"""
 
 
 def nusd(amount_usd: float) -> int:
@@ -301,63 +256,64 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def _job_by_id(tx: Tx, job_id: str) -> Job:
+    row = tx.one(_SELECT_JOB + " WHERE job_id = ?", (job_id,))
+    assert row is not None  # read in the transaction that just wrote it
+    return _job(row)
+
+
+def _sweep_by_id(tx: Tx, sweep_id: str) -> Sweep:
+    row = tx.one(_SELECT_SWEEP + " WHERE sweep_id = ?", (sweep_id,))
+    assert row is not None  # read in the transaction that just wrote it
+    return _sweep(row)
+
+
+def open_state_store(settings: WorkerSettings, **options: Any) -> StateStore:
+    """The worker's state store as its settings say: the PostgreSQL database of
+    ``state_url``, or the SQLite file in ``data_dir``. Every process of a worker opens its
+    store here."""
+    if settings.state_url is not None:
+        return StateStore(settings.state_url.get_secret_value(), **options)
+    return StateStore(settings.state_path, **options)
+
+
 class StateStore:
     """One connection per process (threads share it under a lock); every process that opens
-    the same path shares the state. Methods are synchronous and short: call them from a
-    thread when on an event loop."""
+    the same state (a SQLite path, or a ``postgresql://`` URL) shares it. Methods are
+    synchronous and short: call them from a thread when on an event loop. A PostgreSQL
+    server that cannot be reached raises ``StateStoreUnavailable``, at open and on any call.
+    """
 
     def __init__(
         self,
-        path: Path,
+        where: Path | str,
         *,
         max_jobs_kept: int = DEFAULT_MAX_JOBS_KEPT,
         busy_timeout_s: float = 10.0,
     ) -> None:
-        self.path = path
         self._max_jobs_kept = max_jobs_kept
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # spend and job inputs: owner only
-        os.close(fd)
-        self._db = sqlite3.connect(
-            path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-        )
-        self._lock = threading.Lock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # A committed transaction survives a crash of any process; only a power loss may
-            # take the last ones back (WAL + NORMAL), which costs no fsync per model call.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-        with self._write() as db:
-            (version,) = db.execute("PRAGMA user_version").fetchone()
-            if version > _SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"{path} was written by a newer afr (state schema {version}); upgrade afr"
-                )
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
+        self._engine: Engine
+        if isinstance(where, str) and where.split(":", 1)[0] in POSTGRES_SCHEMES:
+            self._engine = PostgresEngine(where, busy_timeout_s=busy_timeout_s)
+            self.path: Path | None = None
+        else:
+            self.path = Path(where)
+            self._engine = SQLiteEngine(self.path, busy_timeout_s=busy_timeout_s)
+        self.location = self._engine.location
+        """Where the state is, safe to print: the SQLite file, or the URL without password."""
+
+    def __repr__(self) -> str:
+        return f"StateStore({self.location!r})"
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that holds SQLite's write lock from its first statement, so a
-        read-check-write inside it is atomic across every process on the file."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+        self._engine.close()
 
     def _read(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._db.execute(sql, parameters).fetchall()
+        return self._engine.read(sql, parameters)
 
     # -- jobs ---------------------------------------------------------------------------
 
@@ -374,24 +330,27 @@ class StateStore:
         """The job of this webhook id: the one it already started (``False``), or a new,
         queued one (``True``). Finished jobs beyond the cap are forgotten, oldest first, with
         their webhook ids; queued and running ones never are."""
-        with self._write() as db:
-            row = db.execute(_SELECT_JOB + " WHERE webhook_id = ?", (webhook_id,)).fetchone()
+
+        def body(tx: Tx) -> tuple[Job, bool]:
+            row = tx.one(_SELECT_JOB + " WHERE webhook_id = ?", (webhook_id,))
             if row is not None:
                 return _job(row), False
-            (count,) = db.execute("SELECT count(*) FROM jobs").fetchone()
+            (count,) = tx.one("SELECT count(*) FROM jobs") or (0,)
             excess = count - self._max_jobs_kept + 1
             if excess > 0:
-                db.execute(
+                tx.run(
                     "DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs"
                     " WHERE state IN ('succeeded', 'failed') ORDER BY finished_at LIMIT ?)",
                     (excess,),
                 )
-            db.execute(
+            tx.run(
                 "INSERT INTO jobs (job_id, webhook_id, run_id, model, stubs, policy, state,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
                 (job_id, webhook_id, run_id, model, json.dumps(stubs), policy, now),
             )
-        return Job(job_id, run_id, model, dict(stubs), "queued", now, policy=policy), True
+            return Job(job_id, run_id, model, dict(stubs), "queued", now, policy=policy), True
+
+        return self._engine.transact(body)
 
     def get(self, job_id: str) -> Job | None:
         rows = self._read(_SELECT_JOB + " WHERE job_id = ?", (job_id,))
@@ -400,36 +359,38 @@ class StateStore:
     def claim(self, owner: Owner, now: float, lease_s: float) -> Job | None:
         """Takes the oldest queued job, or one whose owner's lease ran out (its worker died:
         it runs again, up to MAX_ATTEMPTS, and what it already spent stays spent)."""
-        with self._write() as db:
+
+        def body(tx: Tx) -> Job | None:
             while True:
-                row = db.execute(
+                row = tx.one(
                     "SELECT job_id, attempts, state FROM jobs WHERE state = 'queued'"
                     " OR (state = 'running' AND lease_until < ?)"
                     " ORDER BY created_at, job_id LIMIT 1",
                     (now,),
-                ).fetchone()
+                )
                 if row is None:
                     return None
                 job_id, attempts, state = row
                 if state == "running" and attempts >= MAX_ATTEMPTS:
-                    self._abandon(db, job_id, attempts, now)
+                    self._abandon(tx, job_id, attempts, now)
                     continue
-                db.execute(
+                tx.run(
                     "UPDATE jobs SET state = 'running', attempts = attempts + 1, owner = ?,"
                     " owner_host = ?, owner_pid = ?, lease_until = ?, started_at = ?"
                     " WHERE job_id = ?",
                     (owner.worker_id, owner.host, owner.pid, now + lease_s, now, job_id),
                 )
-                full = db.execute(_SELECT_JOB + " WHERE job_id = ?", (job_id,)).fetchone()
-                return _job(full)
+                return _job_by_id(tx, job_id)
+
+        return self._engine.transact(body)
 
     @staticmethod
-    def _abandon(db: sqlite3.Connection, job_id: str, attempts: int, now: float) -> None:
+    def _abandon(tx: Tx, job_id: str, attempts: int, now: float) -> None:
         error = {
             "status": 500,
             "reason": f"the worker running this job stopped {attempts} times; not retried again",
         }
-        db.execute(
+        tx.run(
             "UPDATE jobs SET state = 'failed', error = ?, finished_at = ?, owner = NULL,"
             " lease_until = NULL WHERE job_id = ?",
             (json.dumps(error), now, job_id),
@@ -441,36 +402,40 @@ class StateStore:
         """At start: jobs left running by a dead worker process of this host go back to the
         queue (or fail, past MAX_ATTEMPTS) without waiting for their lease. Others' jobs are
         left to their leases: a live worker elsewhere may be running them."""
-        recovered: list[str] = []
-        with self._write() as db:
-            rows = db.execute(
+
+        def body(tx: Tx) -> list[str]:
+            recovered: list[str] = []
+            rows = tx.all(
                 "SELECT job_id, attempts, owner_pid FROM jobs WHERE state = 'running'"
                 " AND owner_host = ? AND owner != ?",
                 (owner.host, owner.worker_id),
-            ).fetchall()
+            )
             for job_id, attempts, pid in rows:
                 if pid is not None and alive(pid):
                     continue
                 if attempts >= MAX_ATTEMPTS:
-                    self._abandon(db, job_id, attempts, now)
+                    self._abandon(tx, job_id, attempts, now)
                 else:
-                    db.execute(
+                    tx.run(
                         "UPDATE jobs SET state = 'queued', owner = NULL, lease_until = NULL"
                         " WHERE job_id = ?",
                         (job_id,),
                     )
                 recovered.append(job_id)
-        return recovered
+            return recovered
+
+        return self._engine.transact(body)
 
     def renew(self, owner: Owner, job_ids: list[str], lease_until: float) -> None:
         if not job_ids:
             return
-        with self._write() as db:
-            db.executemany(
+        self._engine.transact(
+            lambda tx: tx.run_many(
                 "UPDATE jobs SET lease_until = ? WHERE job_id = ? AND owner = ?"
                 " AND state = 'running'",
                 [(lease_until, job_id, owner.worker_id) for job_id in job_ids],
             )
+        )
 
     def finish(
         self,
@@ -483,33 +448,31 @@ class StateStore:
     ) -> bool:
         """Records the outcome and forgets the job's stub outputs; False if this owner no
         longer holds the job (its lease ran out and another worker took it over)."""
-        with self._write() as db:
-            # The hook's stub outputs are the caller's raw data: kept only while needed.
-            cursor = db.execute(
-                "UPDATE jobs SET state = ?, result = ?, error = ?, finished_at = ?, owner = NULL,"
-                " lease_until = NULL, stubs = '{}'"
-                " WHERE job_id = ? AND owner = ? AND state = 'running'",
-                (
-                    state,
-                    json.dumps(result) if result is not None else None,
-                    json.dumps(error) if error is not None else None,
-                    now,
-                    job_id,
-                    owner.worker_id,
-                ),
-            )
-            return cursor.rowcount == 1
+        # The hook's stub outputs are the caller's raw data: kept only while needed.
+        sql = (
+            "UPDATE jobs SET state = ?, result = ?, error = ?, finished_at = ?, owner = NULL,"
+            " lease_until = NULL, stubs = '{}'"
+            " WHERE job_id = ? AND owner = ? AND state = 'running'"
+        )
+        parameters = (
+            state,
+            json.dumps(result) if result is not None else None,
+            json.dumps(error) if error is not None else None,
+            now,
+            job_id,
+            owner.worker_id,
+        )
+        return self._engine.transact(lambda tx: tx.run(sql, parameters) == 1)
 
     def release(self, job_id: str, owner: Owner) -> bool:
         """Puts a job interrupted by this worker's shutdown back in the queue, attempt not
         counted; the next worker runs it from the start."""
-        with self._write() as db:
-            cursor = db.execute(
-                "UPDATE jobs SET state = 'queued', attempts = max(0, attempts - 1), owner = NULL,"
-                " lease_until = NULL WHERE job_id = ? AND owner = ? AND state = 'running'",
-                (job_id, owner.worker_id),
-            )
-            return cursor.rowcount == 1
+        sql = (
+            "UPDATE jobs SET state = 'queued', attempts = greatest(0, attempts - 1),"
+            " owner = NULL, lease_until = NULL"
+            " WHERE job_id = ? AND owner = ? AND state = 'running'"
+        )
+        return self._engine.transact(lambda tx: tx.run(sql, (job_id, owner.worker_id)) == 1)
 
     def counts(self) -> dict[str, int]:
         counts = {"queued": 0, "running": 0, "succeeded": 0, "failed": 0}
@@ -521,45 +484,52 @@ class StateStore:
 
     def reserve(self, day: str, job_id: str | None, cost_nusd: int, day_limit_nusd: int) -> bool:
         """Counts a request's worst-case cost against the day, if it fits; atomic across every
-        process on this file. A reservation counts in full until it is settled."""
-        with self._write() as db:
-            row = db.execute("SELECT spent_nusd FROM spend WHERE day = ?", (day,)).fetchone()
+        process on this state. A reservation counts in full until it is settled."""
+
+        def body(tx: Tx) -> bool:
+            row = tx.one("SELECT spent_nusd FROM spend WHERE day = ?", (day,))
             spent = row[0] if row else 0
             if spent + cost_nusd > day_limit_nusd:
                 return False
-            db.execute(
+            tx.run(
                 "INSERT INTO spend (day, spent_nusd, requests) VALUES (?, ?, 1)"
-                " ON CONFLICT (day) DO UPDATE SET spent_nusd = spent_nusd + excluded.spent_nusd,"
-                " requests = requests + 1",
+                " ON CONFLICT (day) DO UPDATE SET"
+                " spent_nusd = spend.spent_nusd + excluded.spent_nusd,"
+                " requests = spend.requests + 1",
                 (day, cost_nusd),
             )
             if job_id is not None:
-                db.execute(
+                tx.run(
                     "UPDATE jobs SET cost_nusd = cost_nusd + ?, requests = requests + 1"
                     " WHERE job_id = ?",
                     (cost_nusd, job_id),
                 )
-        return True
+            return True
+
+        return self._engine.transact(body)
 
     def settle(self, day: str, job_id: str | None, reserved_nusd: int, actual_nusd: int) -> None:
         """Replaces a reservation by the real cost on the day it was reserved, even when that
         is more: the overrun is charged and recorded, never capped."""
         delta = actual_nusd - reserved_nusd
         overrun = max(0, delta)
-        with self._write() as db:
-            db.execute(
+
+        def body(tx: Tx) -> None:
+            tx.run(
                 "INSERT INTO spend (day, spent_nusd, overrun_nusd) VALUES (?, ?, ?)"
                 " ON CONFLICT (day) DO UPDATE SET"
-                " spent_nusd = max(0, spent_nusd + excluded.spent_nusd),"
-                " overrun_nusd = overrun_nusd + excluded.overrun_nusd",
+                " spent_nusd = greatest(0, spend.spent_nusd + excluded.spent_nusd),"
+                " overrun_nusd = spend.overrun_nusd + excluded.overrun_nusd",
                 (day, delta, overrun),
             )
             if job_id is not None:
-                db.execute(
-                    "UPDATE jobs SET cost_nusd = max(0, cost_nusd + ?),"
+                tx.run(
+                    "UPDATE jobs SET cost_nusd = greatest(0, cost_nusd + ?),"
                     " overrun_nusd = overrun_nusd + ? WHERE job_id = ?",
                     (delta, overrun, job_id),
                 )
+
+        self._engine.transact(body)
 
     def day(self, day: str) -> DaySpend:
         rows = self._read(
@@ -576,44 +546,52 @@ class StateStore:
         """The sweep of this id: the one already known (``False``), whatever its state, or a
         new, queued one (``True``). Finished sweeps beyond the cap are forgotten, oldest
         first, with their results."""
-        with self._write() as db:
-            row = db.execute(_SELECT_SWEEP + " WHERE sweep_id = ?", (sweep_id,)).fetchone()
+
+        def body(tx: Tx) -> tuple[Sweep, bool]:
+            row = tx.one(_SELECT_SWEEP + " WHERE sweep_id = ?", (sweep_id,))
             if row is not None:
                 return _sweep(row), False
-            (count,) = db.execute("SELECT count(*) FROM sweeps").fetchone()
+            (count,) = tx.one("SELECT count(*) FROM sweeps") or (0,)
             excess = count - DEFAULT_MAX_SWEEPS_KEPT + 1
             if excess > 0:
                 old = [
-                    r[0]
-                    for r in db.execute(
+                    (r[0],)
+                    for r in tx.all(
                         "SELECT sweep_id FROM sweeps WHERE state IN ('finished', 'failed')"
                         " ORDER BY finished_at LIMIT ?",
                         (excess,),
                     )
                 ]
-                db.executemany("DELETE FROM sweeps WHERE sweep_id = ?", [(i,) for i in old])
-                db.executemany("DELETE FROM sweep_results WHERE sweep_id = ?", [(i,) for i in old])
-            db.execute(
+                tx.run_many("DELETE FROM sweeps WHERE sweep_id = ?", old)
+                tx.run_many("DELETE FROM sweep_results WHERE sweep_id = ?", old)
+            tx.run(
                 "INSERT INTO sweeps (sweep_id, slot, trigger, state, created_at)"
                 " VALUES (?, ?, ?, 'queued', ?)",
                 (sweep_id, slot, trigger, now),
             )
-        return Sweep(sweep_id, slot, trigger, "queued", now), True
+            return Sweep(sweep_id, slot, trigger, "queued", now), True
+
+        return self._engine.transact(body)
 
     def claim_sweep(
         self, owner: Owner, now: float, lease_s: float, sweep_id: str | None = None
     ) -> Sweep | None:
         """Takes a queued sweep (the oldest, or ``sweep_id``), or one whose owner's lease ran
-        out: one owner at a time, across every process on the file. A sweep claimed
+        out: one owner at a time, across every process on the state. A sweep claimed
         ``SWEEP_MAX_ATTEMPTS`` times already is failed instead."""
-        with self._write() as db:
+        claimable = (
+            "SELECT sweep_id, attempts FROM sweeps WHERE (state = 'queued'"
+            " OR (state = 'running' AND lease_until < ?))"
+        )
+        parameters: tuple[Any, ...] = (now,)
+        find = claimable
+        if sweep_id is not None:
+            find, parameters = claimable + " AND sweep_id = ?", (now, sweep_id)
+        find += " ORDER BY created_at, sweep_id LIMIT 1"
+
+        def body(tx: Tx) -> Sweep | None:
             while True:
-                row = db.execute(
-                    "SELECT sweep_id, attempts FROM sweeps WHERE (state = 'queued'"
-                    " OR (state = 'running' AND lease_until < ?))"
-                    " AND (? IS NULL OR sweep_id = ?) ORDER BY created_at, sweep_id LIMIT 1",
-                    (now, sweep_id, sweep_id),
-                ).fetchone()
+                row = tx.one(find, parameters)
                 if row is None:
                     return None
                 claimed, attempts = row
@@ -621,30 +599,30 @@ class StateStore:
                     error = {
                         "reason": f"the sweep stopped unfinished {attempts} times; not retried"
                     }
-                    db.execute(
+                    tx.run(
                         "UPDATE sweeps SET state = 'failed', error = ?, finished_at = ?,"
                         " owner = NULL, lease_until = NULL WHERE sweep_id = ?",
                         (json.dumps(error), now, claimed),
                     )
                     continue
-                db.execute(
+                tx.run(
                     "UPDATE sweeps SET state = 'running', attempts = attempts + 1, owner = ?,"
                     " owner_host = ?, owner_pid = ?, lease_until = ?,"
                     " started_at = coalesce(started_at, ?) WHERE sweep_id = ?",
                     (owner.worker_id, owner.host, owner.pid, now + lease_s, now, claimed),
                 )
-                full = db.execute(_SELECT_SWEEP + " WHERE sweep_id = ?", (claimed,)).fetchone()
-                return _sweep(full)
+                return _sweep_by_id(tx, claimed)
+
+        return self._engine.transact(body)
 
     def renew_sweep(self, sweep_id: str, owner: Owner, lease_until: float) -> bool:
         """False once this owner no longer holds the sweep (another worker took it over)."""
-        with self._write() as db:
-            cursor = db.execute(
-                "UPDATE sweeps SET lease_until = ? WHERE sweep_id = ? AND owner = ?"
-                " AND state = 'running'",
-                (lease_until, sweep_id, owner.worker_id),
-            )
-            return cursor.rowcount == 1
+        sql = (
+            "UPDATE sweeps SET lease_until = ? WHERE sweep_id = ? AND owner = ?"
+            " AND state = 'running'"
+        )
+        parameters = (lease_until, sweep_id, owner.worker_id)
+        return self._engine.transact(lambda tx: tx.run(sql, parameters) == 1)
 
     def record_sweep_result(
         self,
@@ -659,20 +637,23 @@ class StateStore:
         """Records one eval's outcome while this owner holds the sweep (False otherwise). An
         eval already recorded keeps its first record: its run was written under the same
         derived ids either way."""
-        with self._write() as db:
-            held = db.execute(
+
+        def body(tx: Tx) -> bool:
+            held = tx.one(
                 "SELECT 1 FROM sweeps WHERE sweep_id = ? AND owner = ? AND state = 'running'",
                 (sweep_id, owner.worker_id),
-            ).fetchone()
+            )
             if held is None:
                 return False
-            db.execute(
+            tx.run(
                 "INSERT INTO sweep_results (sweep_id, eval_id, status, eval_run_id, result,"
                 " recorded_at) VALUES (?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (sweep_id, eval_id) DO NOTHING",
                 (sweep_id, eval_id, status, eval_run_id, json.dumps(result), now),
             )
             return True
+
+        return self._engine.transact(body)
 
     def sweep_results(self, sweep_id: str) -> list[SweepResult]:
         rows = self._read(
@@ -687,14 +668,13 @@ class StateStore:
     ) -> bool:
         """Marks the sweep finished with its summary; False if this owner no longer holds
         it. A finished sweep is never claimed again."""
-        with self._write() as db:
-            cursor = db.execute(
-                "UPDATE sweeps SET state = 'finished', summary = ?, error = NULL,"
-                " finished_at = ?, owner = NULL, lease_until = NULL"
-                " WHERE sweep_id = ? AND owner = ? AND state = 'running'",
-                (json.dumps(summary), now, sweep_id, owner.worker_id),
-            )
-            return cursor.rowcount == 1
+        sql = (
+            "UPDATE sweeps SET state = 'finished', summary = ?, error = NULL,"
+            " finished_at = ?, owner = NULL, lease_until = NULL"
+            " WHERE sweep_id = ? AND owner = ? AND state = 'running'"
+        )
+        parameters = (json.dumps(summary), now, sweep_id, owner.worker_id)
+        return self._engine.transact(lambda tx: tx.run(sql, parameters) == 1)
 
     def release_sweep(
         self,
@@ -706,42 +686,44 @@ class StateStore:
     ) -> bool:
         """Puts a sweep this owner holds back in the queue, to be resumed by whoever claims
         it next: after its process died (``count_attempt``) or at shutdown (not counted)."""
-        with self._write() as db:
-            cursor = db.execute(
-                "UPDATE sweeps SET state = 'queued', owner = NULL, lease_until = NULL,"
-                " attempts = max(0, attempts - ?), error = coalesce(?, error)"
-                " WHERE sweep_id = ? AND owner = ? AND state = 'running'",
-                (
-                    0 if count_attempt else 1,
-                    json.dumps(error) if error is not None else None,
-                    sweep_id,
-                    owner.worker_id,
-                ),
-            )
-            return cursor.rowcount == 1
+        sql = (
+            "UPDATE sweeps SET state = 'queued', owner = NULL, lease_until = NULL,"
+            " attempts = greatest(0, attempts - ?), error = coalesce(?, error)"
+            " WHERE sweep_id = ? AND owner = ? AND state = 'running'"
+        )
+        parameters = (
+            0 if count_attempt else 1,
+            json.dumps(error) if error is not None else None,
+            sweep_id,
+            owner.worker_id,
+        )
+        return self._engine.transact(lambda tx: tx.run(sql, parameters) == 1)
 
     def recover_sweeps(
         self, owner: Owner, now: float, alive: Callable[[int], bool] = pid_alive
     ) -> list[str]:
         """At start: sweeps left running by a dead worker process of this host go back to
         the queue at once (the attempt counts); others' wait for their lease."""
-        recovered: list[str] = []
-        with self._write() as db:
-            rows = db.execute(
+
+        def body(tx: Tx) -> list[str]:
+            recovered: list[str] = []
+            rows = tx.all(
                 "SELECT sweep_id, owner_pid FROM sweeps WHERE state = 'running'"
                 " AND owner_host = ? AND owner != ?",
                 (owner.host, owner.worker_id),
-            ).fetchall()
+            )
             for sweep_id, pid in rows:
                 if pid is not None and alive(pid):
                     continue
-                db.execute(
+                tx.run(
                     "UPDATE sweeps SET state = 'queued', owner = NULL, lease_until = NULL"
                     " WHERE sweep_id = ?",
                     (sweep_id,),
                 )
                 recovered.append(sweep_id)
-        return recovered
+            return recovered
+
+        return self._engine.transact(body)
 
     def get_sweep(self, sweep_id: str) -> Sweep | None:
         rows = self._read(_SELECT_SWEEP + " WHERE sweep_id = ?", (sweep_id,))

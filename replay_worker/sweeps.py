@@ -45,15 +45,22 @@ from agents.tracing import SpanError, custom_span
 
 import afr_exporter
 from afr_exporter import semconv as sc
+from afr_exporter.semconv import (
+    METADATA_SWEEP_COST_USD,
+    METADATA_SWEEP_COUNTS,
+    METADATA_SWEEP_DURATION_S,
+    METADATA_SWEEP_ID,
+    METADATA_SWEEP_SLOT,
+    METADATA_SWEEP_TRIGGER,
+)
 from replay_worker.evals.contract import EvalDocument, EvalFileError, load_eval
-from replay_worker.evals.runner import METADATA_SWEEP_ID, EvalOutcome, EvalSession, eval_trace_id
+from replay_worker.evals.runner import EvalOutcome, EvalSession, eval_trace_id
 from replay_worker.pool import EXIT_PARENT_GONE
 from replay_worker.scheduler import Slot, SweepTask, manual_slot, parse_schedule
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import Clock, Owner, StateStore, Sweep
+from replay_worker.state import Clock, Owner, StateStore, Sweep, open_state_store
 
 __all__ = [
-    "METADATA_SWEEP_COUNTS",
     "SUMMARY_SPAN",
     "SWEEP_WORKFLOW",
     "EvalEntry",
@@ -72,12 +79,6 @@ logger = logging.getLogger("afr.worker.sweeps")
 
 SWEEP_WORKFLOW = "afr-sweep"
 SUMMARY_SPAN = "sweep.summary"
-# Trace-metadata keys of a sweep run (besides afr.sweep.id, the eval runs' key too).
-METADATA_SWEEP_SLOT = "afr.sweep.slot"
-METADATA_SWEEP_TRIGGER = "afr.sweep.trigger"
-METADATA_SWEEP_COUNTS = "afr.sweep.counts"
-METADATA_SWEEP_COST_USD = "afr.sweep.cost_usd"
-METADATA_SWEEP_DURATION_S = "afr.sweep.duration_s"
 
 STATUSES = ("passed", "failed", "inconclusive", "errored")
 _EXPORT_TIMEOUT_S = 30.0
@@ -343,7 +344,7 @@ class _Runtime:
             endpoint=settings.collector_otlp_endpoint, headers=headers
         )
         self.session = EvalSession(settings, clock=clock)
-        self.store = StateStore(settings.state_path)
+        self.store = open_state_store(settings)
         self.settings = settings
         self.clock = clock
 
@@ -441,7 +442,7 @@ def run_foreground(
         now_label = datetime.fromtimestamp(clock(), UTC).strftime("%Y%m%dT%H%M%SZ")
         slot = manual_slot(f"cli:{now_label}:{secrets.token_hex(4)}")
     owner = Owner.current("cli-" + secrets.token_hex(4))
-    store = StateStore(settings.state_path)
+    store = open_state_store(settings)
     try:
         store.submit_sweep(slot.sweep_id, slot.label, "cli", clock())
         claimed = store.claim_sweep(owner, clock(), settings.job_lease_s, slot.sweep_id)

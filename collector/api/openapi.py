@@ -1,122 +1,127 @@
-"""The read API's OpenAPI document, served at ``/api/v1/openapi.json``."""
+"""The read API's OpenAPI document, served at ``/api/v1/openapi.json``: generated from the
+models (models.py) and the error mapping (status.py), never written by hand.
+
+``docs/openapi/read-api.json`` is this document checked in; ``afr openapi --write``
+regenerates it and tests/unit/contracts/test_openapi_documents.py fails when it is stale.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
-from afr_exporter.semconv import RUN_KINDS
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-__all__ = ["OPENAPI"]
+from collector.api.models import Error, OtlpTrace, RunDetail, RunList, RunQuery
+from collector.api.status import BadParameter, RunNotFound, status_of
+from collector.errors import Unauthenticated
 
-_RUN = {
-    "type": "object",
-    "properties": {
-        "run_id": {"type": "string", "description": "32 hex digits: the OTel trace id"},
-        "start_ns": {"type": "integer"},
-        "end_ns": {"type": "integer"},
-        "duration_ns": {"type": "integer"},
-        "status": {"type": "string", "enum": ["ok", "error"]},
-        "error_count": {"type": "integer"},
-        "span_count": {"type": "integer"},
-        "failing_span_id": {"type": ["string", "null"]},
-        "failing_span_name": {"type": ["string", "null"]},
-        "failing_error_type": {"type": ["string", "null"]},
-        "workflow": {"type": "string"},
-        "root_agent": {"type": "string"},
-        "agents": {"type": "array", "items": {"type": "string"}},
-        "input_tokens": {"type": "integer"},
-        "output_tokens": {"type": "integer"},
-        "cost_usd": {"type": "number", "description": "tokens priced by model (AFR_MODEL_PRICES)"},
-        "kind": {"type": "string", "enum": list(RUN_KINDS)},
-        "source_run_id": {"type": ["string", "null"], "description": "the run replayed"},
-        "verdict": {"type": ["string", "null"], "description": "a replay's or eval's verdict"},
-        "eval_name": {"type": ["string", "null"]},
-        "sweep_id": {"type": ["string", "null"]},
-    },
-}
-_ERROR = {"type": "object", "properties": {"error": {"type": "string"}}}
-_RUN_ID = {
+__all__ = ["OPENAPI", "OPERATIONS", "Operation", "build_openapi"]
+
+_REF = "#/components/schemas/{model}"
+_RUN_ID_PARAMETER: Final = {
     "name": "run_id",
     "in": "path",
     "required": True,
-    "schema": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+    "description": "32 hex digits (the OTel trace id), optionally prefixed trace_",
+    "schema": {"type": "string", "pattern": "^(?:trace_)?[0-9a-fA-F]{32}$"},
 }
 
 
-def _responses(ok: dict[str, Any]) -> dict[str, Any]:
-    error = {"content": {"application/json": {"schema": _ERROR}}}
+@dataclass(frozen=True)
+class Operation:
+    """A ``GET`` of the read API: what it answers with, and which error kinds it raises."""
+
+    summary: str
+    ok: type[BaseModel]
+    errors: tuple[type[Exception], ...]
+    query: type[BaseModel] | None = None
+    run_id: bool = False
+
+
+OPERATIONS: Final[dict[str, Operation]] = {
+    "/api/v1/runs": Operation(
+        "Runs of the caller's project, newest first",
+        RunList,
+        (BadParameter, Unauthenticated),
+        query=RunQuery,
+    ),
+    "/api/v1/runs/{run_id}": Operation(
+        "A run's summary and all its spans (normalized JSON)",
+        RunDetail,
+        (BadParameter, Unauthenticated, RunNotFound),
+        run_id=True,
+    ),
+    "/api/v1/runs/{run_id}/otlp": Operation(
+        "The run as an OTLP/JSON ExportTraceServiceRequest (hex ids)",
+        OtlpTrace,
+        (BadParameter, Unauthenticated, RunNotFound),
+        run_id=True,
+    ),
+}
+
+
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": _REF.format(model=model.__name__)}
+
+
+def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+def _summary(kind: type[Exception]) -> str:
+    """The first sentence of the kind's docstring: a response's description."""
+    return (kind.__doc__ or kind.__name__).strip().split(". ")[0].rstrip(".")
+
+
+def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+    """One optional query parameter per field; ``null`` is how a model says absent, which a
+    query spells by leaving the parameter out."""
+    parameters = []
+    for name, schema in model.model_json_schema(mode="validation")["properties"].items():
+        schema = {k: v for k, v in schema.items() if k != "title"}
+        branches = [b for b in schema.pop("anyOf", []) if b != {"type": "null"}]
+        if len(branches) == 1:
+            schema = {**branches[0], **schema}
+        if schema.get("default") is None:
+            schema.pop("default", None)
+        description = schema.pop("description", None)
+        parameter = {"name": name, "in": "query", "schema": schema}
+        if description:
+            parameter["description"] = description
+        parameters.append(parameter)
+    return parameters
+
+
+def _operation(operation: Operation) -> dict[str, Any]:
+    responses: dict[str, Any] = {"200": _json(operation.ok, "OK")}
+    for kind in operation.errors:
+        status = str(int(status_of(kind)))
+        if status in responses:
+            responses[status]["description"] += "; " + _summary(kind)
+        else:
+            responses[status] = _json(Error, _summary(kind))
+    parameters = [_RUN_ID_PARAMETER] if operation.run_id else []
+    if operation.query is not None:
+        parameters += _query_parameters(operation.query)
+    return {"summary": operation.summary, "parameters": parameters, "responses": responses}
+
+
+def build_openapi() -> dict[str, Any]:
+    models: list[type[BaseModel]] = [Error, *(op.ok for op in OPERATIONS.values())]
+    modes: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "serialization") for m in models]
+    _, definitions = models_json_schema(modes, ref_template=_REF)
     return {
-        "200": {"description": "OK", "content": {"application/json": {"schema": ok}}},
-        "400": {"description": "bad parameter", **error},
-        "401": {"description": "missing or invalid API key", **error},
-        "404": {"description": "no such run in this project", **error},
+        "openapi": "3.1.0",
+        "info": {"title": "afr collector read API", "version": "1"},
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": definitions["$defs"],
+        },
+        "security": [{"bearer": []}],
+        "paths": {path: {"get": _operation(op)} for path, op in OPERATIONS.items()},
     }
 
 
-OPENAPI: dict[str, Any] = {
-    "openapi": "3.1.0",
-    "info": {"title": "afr collector read API", "version": "1"},
-    "components": {
-        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-        "schemas": {"Run": _RUN, "Error": _ERROR},
-    },
-    "security": [{"bearer": []}],
-    "paths": {
-        "/api/v1/runs": {
-            "get": {
-                "summary": "Runs of the caller's project, newest first",
-                "parameters": [
-                    {"name": n, "in": "query", "schema": s}
-                    for n, s in [
-                        ("since", {"type": "number", "description": "unix seconds or nanoseconds"}),
-                        ("until", {"type": "number"}),
-                        ("status", {"type": "string", "enum": ["ok", "error"]}),
-                        ("workflow", {"type": "string"}),
-                        ("agent", {"type": "string"}),
-                        ("kind", {"type": "string", "enum": list(RUN_KINDS)}),
-                        (
-                            "source_run_id",
-                            {"type": "string", "description": "its replays and eval runs"},
-                        ),
-                        ("limit", {"type": "integer", "minimum": 1}),
-                        ("cursor", {"type": "string"}),
-                    ]
-                ],
-                "responses": _responses(
-                    {
-                        "type": "object",
-                        "properties": {
-                            "runs": {
-                                "type": "array",
-                                "items": {"$ref": "#/components/schemas/Run"},
-                            },
-                            "next_cursor": {"type": ["string", "null"]},
-                        },
-                    }
-                ),
-            }
-        },
-        "/api/v1/runs/{run_id}": {
-            "get": {
-                "summary": "A run's summary and all its spans (normalized JSON)",
-                "parameters": [_RUN_ID],
-                "responses": _responses(
-                    {
-                        "type": "object",
-                        "properties": {
-                            "run": {"$ref": "#/components/schemas/Run"},
-                            "spans": {"type": "array", "items": {"type": "object"}},
-                        },
-                    }
-                ),
-            }
-        },
-        "/api/v1/runs/{run_id}/otlp": {
-            "get": {
-                "summary": "The run as an OTLP/JSON ExportTraceServiceRequest (hex ids)",
-                "parameters": [_RUN_ID],
-                "responses": _responses({"type": "object"}),
-            }
-        },
-    },
-}
+OPENAPI: Final[dict[str, Any]] = build_openapi()

@@ -15,23 +15,31 @@ Another project's run is a 404 exactly like an unknown one: no data, no hint it 
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 import time
 from typing import Any
 
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from afr_exporter.semconv import RUN_KINDS
+from collector.api.models import (
+    OtlpTrace,
+    Run,
+    RunDetail,
+    RunList,
+    RunQuery,
+    Span,
+    dump,
+)
+from collector.api.status import ApiError, BadParameter, RunNotFound, error_response
 from collector.auth import Authenticator
 from collector.errors import Unauthenticated
 from collector.model import SpanRecord
 from collector.processors.normalize import normalize_trace
-from collector.receiver.status import http_status
 from collector.store.reader import RunFilter, RunReader, decode_cursor
 
-__all__ = ["RunsApi"]
+__all__ = ["RunsApi", "otlp_json", "otlp_trace", "span_json", "span_model"]
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 _NS = 1_000_000_000
@@ -46,108 +54,111 @@ _KIND_CODES = {
 }
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def span_model(span: SpanRecord) -> Span:
+    return Span.model_validate(
+        {
+            "trace_id": span.trace_id,
+            "span_id": span.span_id,
+            "parent_span_id": span.parent_span_id,
+            "name": span.span_name,
+            "kind": span.span_kind,
+            "start_time_unix_nano": span.timestamp_ns,
+            "end_time_unix_nano": span.timestamp_ns + span.duration_ns,
+            "duration_ns": span.duration_ns,
+            "status": {"code": span.status_code, "message": span.status_message},
+            "service_name": span.service_name,
+            "resource_attributes": span.resource_attributes,
+            "scope": {"name": span.scope_name, "version": span.scope_version},
+            "trace_state": span.trace_state,
+            "attributes": span.original_attributes(),
+            "events": [
+                {"time_unix_nano": t, "name": n, "attributes": a}
+                for t, n, a in zip(
+                    span.event_timestamps,
+                    span.event_names,
+                    span.event_attributes,
+                    strict=False,
+                )
+            ],
+            "links": [
+                {"trace_id": t, "span_id": s, "trace_state": st, "attributes": a}
+                for t, s, st, a in zip(
+                    span.link_trace_ids,
+                    span.link_span_ids,
+                    span.link_trace_states,
+                    span.link_attributes,
+                    strict=False,
+                )
+            ],
+            "span_type": span.span_type,
+            "dialect": span.dialect,
+            "agent_name": span.agent_name,
+            "tool_name": span.tool_name,
+            "tool_call_id": span.tool_call_id,
+            "model": span.model,
+            "error_type": span.error_type,
+            "input": span.input,
+            "output": span.output,
+            "input_tokens": span.input_tokens,
+            "output_tokens": span.output_tokens,
+            "run_kind": span.run_kind,
+            "source_run_id": span.source_run_id,
+            "redactions": span.redactions,
+            "truncated": bool(span.truncated),
+        }
+    )
 
 
 def span_json(span: SpanRecord) -> dict[str, Any]:
-    return {
-        "trace_id": span.trace_id,
-        "span_id": span.span_id,
-        "parent_span_id": span.parent_span_id,
-        "name": span.span_name,
-        "kind": span.span_kind,
-        "start_time_unix_nano": span.timestamp_ns,
-        "end_time_unix_nano": span.timestamp_ns + span.duration_ns,
-        "duration_ns": span.duration_ns,
-        "status": {"code": span.status_code, "message": span.status_message},
-        "service_name": span.service_name,
-        "resource_attributes": span.resource_attributes,
-        "scope": {"name": span.scope_name, "version": span.scope_version},
-        "trace_state": span.trace_state,
-        "attributes": span.original_attributes(),
-        "events": [
-            {"time_unix_nano": t, "name": n, "attributes": a}
-            for t, n, a in zip(
-                span.event_timestamps,
-                span.event_names,
-                span.event_attributes,
-                strict=False,
-            )
-        ],
-        "links": [
-            {"trace_id": t, "span_id": s, "trace_state": st, "attributes": a}
-            for t, s, st, a in zip(
-                span.link_trace_ids,
-                span.link_span_ids,
-                span.link_trace_states,
-                span.link_attributes,
-                strict=False,
-            )
-        ],
-        "span_type": span.span_type,
-        "dialect": span.dialect,
-        "agent_name": span.agent_name,
-        "tool_name": span.tool_name,
-        "tool_call_id": span.tool_call_id,
-        "model": span.model,
-        "error_type": span.error_type,
-        "input": span.input,
-        "output": span.output,
-        "input_tokens": span.input_tokens,
-        "output_tokens": span.output_tokens,
-        "run_kind": span.run_kind,
-        "source_run_id": span.source_run_id,
-        "redactions": span.redactions,
-        "truncated": bool(span.truncated),
-    }
+    """A span as ``GET /api/v1/runs/{run_id}`` serves it."""
+    return dump(span_model(span))
 
 
 def _kv(attributes: dict[str, str]) -> list[dict[str, Any]]:
     return [{"key": k, "value": {"stringValue": v}} for k, v in sorted(attributes.items())]
 
 
-def otlp_json(spans: list[dict[str, Any]]) -> dict[str, Any]:
+def otlp_trace(spans: list[Span]) -> OtlpTrace:
     """OTLP/JSON (hex ids). Attribute values come back as strings: the store keeps them so."""
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     for span in spans:
-        resource_key = tuple(sorted(span["resource_attributes"].items()))
-        scope_key = (span["scope"]["name"], span["scope"]["version"])
+        resource_key = tuple(sorted(span.resource_attributes.items()))
+        scope_key = (span.scope.name, span.scope.version)
         group = groups.setdefault(
             (resource_key, scope_key),
-            {"resource": span["resource_attributes"], "scope": span["scope"], "spans": []},
+            {"resource": span.resource_attributes, "scope": dump(span.scope), "spans": []},
         )
         group["spans"].append(
             {
-                "traceId": span["trace_id"],
-                "spanId": span["span_id"],
-                "parentSpanId": span["parent_span_id"],
-                "traceState": span["trace_state"],
-                "name": span["name"],
-                "kind": _KIND_CODES.get(span["kind"], 0),
-                "startTimeUnixNano": str(span["start_time_unix_nano"]),
-                "endTimeUnixNano": str(span["end_time_unix_nano"]),
-                "attributes": _kv(span["attributes"]),
+                "traceId": span.trace_id,
+                "spanId": span.span_id,
+                "parentSpanId": span.parent_span_id,
+                "traceState": span.trace_state,
+                "name": span.name,
+                "kind": _KIND_CODES.get(span.kind, 0),
+                "startTimeUnixNano": str(span.start_time_unix_nano),
+                "endTimeUnixNano": str(span.end_time_unix_nano),
+                "attributes": _kv(span.attributes),
                 "events": [
                     {
-                        "timeUnixNano": str(e["time_unix_nano"]),
-                        "name": e["name"],
-                        "attributes": _kv(e["attributes"]),
+                        "timeUnixNano": str(e.time_unix_nano),
+                        "name": e.name,
+                        "attributes": _kv(e.attributes),
                     }
-                    for e in span["events"]
+                    for e in span.events
                 ],
                 "links": [
                     {
-                        "traceId": link["trace_id"],
-                        "spanId": link["span_id"],
-                        "traceState": link["trace_state"],
-                        "attributes": _kv(link["attributes"]),
+                        "traceId": link.trace_id,
+                        "spanId": link.span_id,
+                        "traceState": link.trace_state,
+                        "attributes": _kv(link.attributes),
                     }
-                    for link in span["links"]
+                    for link in span.links
                 ],
                 "status": {
-                    "code": _STATUS_CODES.get(span["status"]["code"], 0),
-                    "message": span["status"]["message"],
+                    "code": _STATUS_CODES.get(span.status.code, 0),
+                    "message": span.status.message,
                 },
             }
         )
@@ -157,7 +168,23 @@ def otlp_json(spans: list[dict[str, Any]]) -> dict[str, Any]:
             resource_key, {"resource": {"attributes": _kv(group["resource"])}, "scopeSpans": []}
         )
         entry["scopeSpans"].append({"scope": group["scope"], "spans": group["spans"]})
-    return {"resourceSpans": list(resource_spans.values())}
+    return OtlpTrace.model_validate({"resourceSpans": list(resource_spans.values())})
+
+
+def otlp_json(spans: list[dict[str, Any]]) -> dict[str, Any]:
+    """``otlp_trace`` of spans as ``span_json`` gives them, as ``/otlp`` serves it."""
+    return dump(otlp_trace([Span.model_validate(span) for span in spans]))
+
+
+def _bad_query(error: ValidationError) -> BadParameter:
+    """The first problem, naming its parameter: a validator's own message does; pydantic's
+    is prefixed with the parameter's name."""
+    first = error.errors(include_url=False, include_input=False)[0]
+    cause = first.get("ctx", {}).get("error")
+    if first["type"] == "value_error" and cause is not None:
+        return BadParameter(str(cause))
+    field = ".".join(str(part) for part in first["loc"]) or "query"
+    return BadParameter(f"{field}: {first['msg']}")
 
 
 class RunsApi:
@@ -175,100 +202,69 @@ class RunsApi:
     async def list_runs(self, request: Request) -> Response:
         try:
             project = self._project(request)
-        except Unauthenticated as error:
-            mapped = http_status(error)
-            return JSONResponse({"error": mapped.message}, status_code=401, headers=mapped.headers)
-        query = request.query_params
-        now_ns = time.time_ns()
-        try:
-            until_ns = _time_param("until", query.get("until"), now_ns + 3600 * _NS)
-            since_ns = _time_param("since", query.get("since"), until_ns - self._lookback_ns)
-            limit_text = query.get("limit", "50")
-            limit = int(limit_text) if limit_text.isdigit() else 0
-            if not 1 <= limit <= self._max_runs:
-                raise ValueError(f"limit must be 1..{self._max_runs}")
-            status = query.get("status")
-            if status not in (None, "ok", "error"):
-                raise ValueError("status must be ok or error")
-            kind = query.get("kind")
-            if kind is not None and kind not in RUN_KINDS:
-                raise ValueError(f"kind must be one of {', '.join(RUN_KINDS)}")
-            cursor = _cursor(query["cursor"]) if query.get("cursor") else None
-            source = query.get("source_run_id", "").lower().removeprefix("trace_") or None
-            if source is not None and not re.fullmatch(r"[0-9a-f]{32}", source):
-                raise ValueError("source_run_id must be 32 hex digits")
-        except ValueError as exc:
-            return _error(400, str(exc))
-        flt = RunFilter(
-            since_ns=since_ns,
-            until_ns=until_ns,
-            status=status,
-            workflow=query.get("workflow"),
-            agent=query.get("agent"),
-            kind=kind,
-            source_run_id=source,
-            limit=limit,
-            cursor=cursor,
-        )
+            flt = self._filter(dict(request.query_params))
+        except (ApiError, Unauthenticated) as error:
+            return error_response(error)
         runs, next_cursor = await asyncio.to_thread(self._reader.list_runs, project, flt)
-        return JSONResponse({"runs": runs, "next_cursor": next_cursor})
+        page = RunList(runs=[Run.model_validate(run) for run in runs], next_cursor=next_cursor)
+        return JSONResponse(dump(page))
 
-    async def _load(
-        self, request: Request
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | Response:
+    def _filter(self, params: dict[str, str]) -> RunFilter:
+        try:
+            query = RunQuery.model_validate(params, context={"max_runs": self._max_runs})
+        except ValidationError as error:
+            raise _bad_query(error) from None
+        until_ns = _ns(query.until, time.time_ns() + 3600 * _NS)
+        return RunFilter(
+            since_ns=_ns(query.since, until_ns - self._lookback_ns),
+            until_ns=until_ns,
+            status=query.status,
+            workflow=query.workflow,
+            agent=query.agent,
+            kind=query.kind,
+            source_run_id=query.source_run_id,
+            limit=query.limit,
+            cursor=decode_cursor(query.cursor) if query.cursor else None,
+        )
+
+    async def _load(self, request: Request) -> tuple[Run, list[Span]] | Response:
         try:
             project = self._project(request)
-        except Unauthenticated as error:
-            mapped = http_status(error)
-            return JSONResponse({"error": mapped.message}, status_code=401, headers=mapped.headers)
-        run_id = str(request.path_params["run_id"]).lower().removeprefix("trace_")
-        if not _RUN_ID.match(run_id):
-            return _error(400, "a run id is 32 hex digits")
-        loaded = await asyncio.to_thread(self._run_view, project, run_id)
-        if loaded is None:
-            return _error(404, "no such run")
+            run_id = str(request.path_params["run_id"]).lower().removeprefix("trace_")
+            if not _RUN_ID.match(run_id):
+                raise BadParameter("a run id is 32 hex digits")
+            loaded = await asyncio.to_thread(self._run_view, project, run_id)
+            if loaded is None:
+                raise RunNotFound("no such run")
+        except (ApiError, Unauthenticated) as error:
+            return error_response(error)
         return loaded
 
-    def _run_view(
-        self, project: str, run_id: str
-    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    def _run_view(self, project: str, run_id: str) -> tuple[Run, list[Span]] | None:
         loaded = self._reader.get_run(project, run_id)
         if loaded is None:
             return None
         summary, rows = loaded
         records = [SpanRecord(**row) for row in rows]
         normalize_trace(records)
-        return summary, [span_json(record) for record in records]
+        return Run.model_validate(summary), [span_model(record) for record in records]
 
     async def get_run(self, request: Request) -> Response:
         loaded = await self._load(request)
         if isinstance(loaded, Response):
             return loaded
-        summary, spans = loaded
-        return JSONResponse({"run": summary, "spans": spans})
+        run, spans = loaded
+        return JSONResponse(dump(RunDetail(run=run, spans=spans)))
 
     async def get_run_otlp(self, request: Request) -> Response:
         loaded = await self._load(request)
         if isinstance(loaded, Response):
             return loaded
-        return JSONResponse(otlp_json(loaded[1]))
+        return JSONResponse(dump(otlp_trace(loaded[1])))
 
 
-def _cursor(text: str) -> tuple[int, str]:
-    try:
-        return decode_cursor(text)
-    except RecursionError:  # base64 of JSON nested deeper than Python parses
-        raise ValueError("invalid cursor") from None
-
-
-def _time_param(name: str, value: str | None, default_ns: int) -> int:
-    """Unix seconds (float) or nanoseconds (int > 1e12). Errors never quote the value."""
-    if value is None or value == "":
+def _ns(value: float | None, default_ns: int) -> int:
+    """Unix seconds, or nanoseconds when above 1e12 (RunQuery checked it is finite)."""
+    if value is None:
         return default_ns
-    try:
-        number = float(value)
-        if not math.isfinite(number) or abs(number) > 2**63:
-            raise ValueError
-        return int(number) if number > 1e12 else int(number * _NS)
-    except ValueError:
-        raise ValueError(f"{name} must be unix seconds or nanoseconds") from None
+    return int(value) if value > 1e12 else int(value * _NS)

@@ -25,7 +25,13 @@ import json
 import re
 from collections.abc import Callable, Mapping
 
-from afr_exporter.semconv import RUN_KINDS
+from afr_exporter.semconv import (
+    AFR_HANDOFF_FROM,
+    AFR_RUN_KIND,
+    AFR_SOURCE_RUN_ID,
+    AFR_SPAN_TYPE,
+    RUN_KINDS,
+)
 from collector.model import SpanRecord, escape_surrogates
 from collector.processors.tool_calls import link_tool_calls, native_tool_call_id
 
@@ -218,14 +224,14 @@ def _genai_common(record: SpanRecord) -> None:
 def _afr(record: SpanRecord) -> None:
     attrs = record.span_attributes
     record.dialect = "afr"
-    record.span_type = _AFR_TYPES.get(attrs.get("afr.span.type", ""), "other")
+    record.span_type = _AFR_TYPES.get(attrs.get(AFR_SPAN_TYPE, ""), "other")
     if record.span_type == "handoff":
-        record.agent_name = attrs.get("afr.handoff.from_agent", "")
+        record.agent_name = attrs.get(AFR_HANDOFF_FROM, "")
     _genai_common(record)
-    kind = attrs.get("afr.run.kind")
+    kind = attrs.get(AFR_RUN_KIND)
     if kind in RUN_KINDS:
         record.run_kind = kind
-    record.source_run_id = attrs.get("afr.source_run_id", "")
+    record.source_run_id = attrs.get(AFR_SOURCE_RUN_ID, "")
 
 
 def _openinference(record: SpanRecord) -> None:
@@ -364,7 +370,7 @@ def _genai(record: SpanRecord) -> None:
 
 
 _DIALECTS: tuple[tuple[str, Callable[[SpanRecord], None]], ...] = (
-    ("afr.span.type", _afr),
+    (AFR_SPAN_TYPE, _afr),
     ("openinference.span.kind", _openinference),
     ("traceloop.span.kind", _traceloop),
     ("logfire.msg_template", _logfire),

@@ -28,11 +28,12 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from afr_exporter.semconv import AFR_TRUNCATED
 from collector.model import SpanRecord
 
 __all__ = ["TruncationConfig", "Truncator", "cut_name", "sentinel"]
 
-SENTINEL_KEY = "afr.truncated"
+SENTINEL_KEY = AFR_TRUNCATED
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from collector.model import COLUMN_NAMES, ROW_FORMAT
+from collector.store.cluster import CLUSTER_SESSION_SETTINGS, check_cluster_schema
 from collector.store.schema import (
+    MIGRATIONS_TABLE,
+    MIGRATIONS_TABLE_DDL,
     MODEL_PRICES_TABLE,
     RUNS_TABLE,
     SPANS_TABLE,
@@ -45,31 +48,37 @@ class ClickHouseStore:
         ttl_days: int | None = None,
         max_partitions_per_insert: int = 0,
         fsync_parts: bool = False,
+        cluster: str | None = None,
     ) -> None:
+        """``cluster``: the tables are the Distributed ones of ``afr schema --cluster`` (ADR
+        22): the session gets ``CLUSTER_SESSION_SETTINGS`` and ``migrate`` only checks."""
         import clickhouse_connect
 
         self.database = database
         self._dsn = dsn
         self._lock = threading.Lock()
-        self._client = clickhouse_connect.get_client(dsn=dsn)
+        self._cluster = cluster
+        session = dict(CLUSTER_SESSION_SETTINGS) if cluster else None
+        self._client = clickhouse_connect.get_client(dsn=dsn, settings=session)
         self._ttl_days = ttl_days
         self._max_partitions = max_partitions_per_insert
         self._fsync_parts = fsync_parts
 
     def migrate(self) -> list[int]:
-        """Applies the migrations this store has not seen; returns their versions."""
+        """Applies the migrations this store has not seen; returns their versions. On a
+        cluster nothing is applied (the operator applies ``afr schema --cluster``): raises
+        ``ClusterSchemaError`` unless the cluster holds every migration."""
         db = self.database
+        if self._cluster is not None:
+            check_cluster_schema(self, db, self._cluster)
+            return []
         with self._lock:
             self._client.command(f"CREATE DATABASE IF NOT EXISTS {db}")
-            self._client.command(
-                f"CREATE TABLE IF NOT EXISTS {db}.schema_migrations "
-                "(Version UInt32, Description String, AppliedAt DateTime64(3)) "
-                "ENGINE = ReplacingMergeTree ORDER BY Version"
-            )
+            self._client.command(MIGRATIONS_TABLE_DDL.replace("{db}", db))
             done = {
                 row[0]
                 for row in self._client.query(
-                    f"SELECT Version FROM {db}.schema_migrations"
+                    f"SELECT Version FROM {db}.{MIGRATIONS_TABLE}"
                 ).result_rows
             }
             applied = []
@@ -79,7 +88,7 @@ class ClickHouseStore:
                 for statement in migration.statements:
                     self._client.command(statement.replace("{db}", db))
                 self._client.insert(
-                    f"{db}.schema_migrations",
+                    f"{db}.{MIGRATIONS_TABLE}",
                     [[migration.version, migration.description, datetime.now(UTC)]],
                     column_names=["Version", "Description", "AppliedAt"],
                 )

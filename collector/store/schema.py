@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "MIGRATIONS",
+    "MIGRATIONS_TABLE",
+    "MIGRATIONS_TABLE_DDL",
     "MODEL_PRICES_TABLE",
     "RUNS_TABLE",
     "RUN_SUMMARY_VIEW",
@@ -24,6 +26,13 @@ RUNS_TABLE = "runs"
 or with the same merge functions (``GROUP BY ProjectId, TraceId``)."""
 RUN_SUMMARY_VIEW = "run_summary"
 MODEL_PRICES_TABLE = "model_prices"
+MIGRATIONS_TABLE = "schema_migrations"
+"""The versions of ``migrations`` applied to the store, one row each."""
+MIGRATIONS_TABLE_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {{db}}.{MIGRATIONS_TABLE} "
+    "(Version UInt32, Description String, AppliedAt DateTime64(3)) "
+    "ENGINE = ReplacingMergeTree ORDER BY Version"
+)
 
 _MAP = "Map(LowCardinality(String), String)"
 

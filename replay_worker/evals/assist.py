@@ -264,10 +264,10 @@ async def assist_with_settings(
     day's budget is shared with replays); returns the outcome and what it cost (USD)."""
     from replay_worker.child import openai_model_factory
     from replay_worker.ledger import DayBudget, JobLedger, LedgerModel
-    from replay_worker.state import StateStore
+    from replay_worker.state import open_state_store
 
     name = assist_model_name(document, settings)
-    store = StateStore(settings.state_path)
+    store = open_state_store(settings)
     try:
         ledger = JobLedger(
             settings.job_budget_usd,

@@ -4,7 +4,9 @@ Progress goes to stderr, one line per eval as it finishes; the assertion table (
 summary) to stdout, or the outcomes as JSON with ``--json``. Exit status: 0 when every eval
 passed (or was inconclusive, with ``--allow-inconclusive``), 1 when any failed, errored or
 was inconclusive, 2 when the command could not start (a bad eval file, a bad ``--shard``,
-an ``--agent`` that does not import).
+an ``--agent`` that does not import, a ``--slot`` with no collector to record it in), 3 when
+``--slot`` was given and the eval runs did not all reach the collector (a Kubernetes Job
+retries that shard; the runs' ids are the slot's, so the retry replaces rather than adds).
 
 Models and budgets are the worker's (``AFR_WORKER_MODEL_*``, ``AFR_WORKER_*_BUDGET_USD``,
 the day's spend in ``AFR_WORKER_DATA_DIR``). Eval runs are written to the collector
@@ -36,11 +38,19 @@ from replay_worker.evals.runner import (
     shard,
 )
 from replay_worker.replay.fixture import AgentSpec
+from replay_worker.scheduler import parse_schedule
 from replay_worker.settings import WorkerSettings
 
-__all__ = ["RunOptions", "parse_shard", "render_table", "run_command"]
+__all__ = [
+    "RunOptions",
+    "eval_files",
+    "parse_shard",
+    "render_table",
+    "run_command",
+    "slot_sweep_id",
+]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNRECORDED = 0, 1, 2, 3
 _CELL = 60
 _FLUSH_TIMEOUT_S = 15.0
 
@@ -54,6 +64,11 @@ class RunOptions:
     junit: Path | None = None
     allow_inconclusive: bool = False
     sweep_id: str | None = None
+    slot: str | None = None
+    """A sweep slot, named as for ``afr sweep run --slot`` (an instant of the worker's
+    schedule is that scheduled slot; any other label, such as a Job's name, a slot of its
+    own): the runs are recorded under its sweep id, so every shard and every retry of one
+    slot writes each eval's run under the same ids."""
     json_output: bool = False
     workers: int = 1
     export: bool = True
@@ -62,13 +77,16 @@ class RunOptions:
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """``I/N`` (1-based) -> (I, N)."""
+    """``I/N`` -> (the 1-based shard, N). ``I`` is taken modulo N, from 0 to N: 1..N (a CI
+    matrix) and 0..N-1 (a Kubernetes Indexed Job's ``JOB_COMPLETION_INDEX``) both name
+    every shard once; ``0/N`` and ``N/N`` are the same shard."""
     index, slash, count = text.partition("/")
     if not slash or not index.isdigit() or not count.isdigit():
-        raise ValueError(f"--shard {text!r}: expected I/N, e.g. 2/4")
-    if not 1 <= int(index) <= int(count):
-        raise ValueError(f"--shard {text!r}: need 1 <= I <= N")
-    return int(index), int(count)
+        raise ValueError(f"--shard {text!r}: expected I/N, e.g. 2/4 (or 0/4 for the first)")
+    shard_index, shards = int(index), int(count)
+    if shards < 1 or not 0 <= shard_index <= shards:
+        raise ValueError(f"--shard {text!r}: need N >= 1 and 0 <= I <= N")
+    return (shard_index - 1) % shards + 1, shards
 
 
 # --- the report ---------------------------------------------------------------------------
@@ -282,7 +300,7 @@ def run_command(
         print(f"afr eval run: no such file or directory: {', '.join(map(str, missing))}", file=err)
         return EXIT_USAGE
     try:
-        loaded = load_evals(options.paths)
+        loaded = load_evals(eval_files(options.paths))
     except EvalFileError as exc:
         print(f"afr eval run: {exc}", file=err)
         return EXIT_USAGE
@@ -311,7 +329,19 @@ def run_command(
             return EXIT_USAGE
     settings = WorkerSettings()
     export = _exporting(settings, options.export)
-    plan = _Plan(settings, export, options.model, options.sweep_id, entry, agents)
+    sweep_id = options.sweep_id
+    if options.slot is not None:
+        if not export:
+            print(
+                "afr eval run: --slot records the eval runs of a slot, but they would not be "
+                "recorded: set AFR_WORKER_COLLECTOR_KEY and AFR_WORKER_COLLECTOR_OTLP_ENDPOINT "
+                "(and drop --no-export)",
+                file=err,
+            )
+            return EXIT_USAGE
+        sweep_id = slot_sweep_id(settings, options.slot)
+        print(f"slot {options.slot!r}: sweep {sweep_id}", file=err)
+    plan = _Plan(settings, export, options.model, sweep_id, entry, agents)
     where = f" (shard {options.shard[0]}/{options.shard[1]})" if options.shard else ""
     against = f" against {options.agent}" if options.agent else " against the captured agents"
     print(
@@ -357,22 +387,46 @@ def run_command(
             duration_s=wall_s,
         )
         print(f"JUnit report: {options.junit}", file=err)
-    _report_export(settings, export, processor, exported, err)
-
+    recorded = _report_export(settings, export, processor, exported, err)
+    if options.slot is not None and not recorded:
+        return EXIT_UNRECORDED  # the slot's results did not land: worth running again
     bad = {"failed", "errored"} | (set() if options.allow_inconclusive else {"inconclusive"})
     return EXIT_FAILED if any(o.status in bad for o in outcomes) else EXIT_OK
 
 
+def eval_files(paths: list[Path]) -> list[Path]:
+    """The ``*.json`` files under ``paths`` (a file given is taken as it is), leaving out
+    what lies in a hidden directory below a given one: Kubernetes mounts a ConfigMap as links
+    to the same files in a ``..<timestamp>`` directory beside them, so every eval would be
+    found, and run, twice."""
+    files: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        for found in path.rglob("*.json"):
+            if not any(part.startswith(".") for part in found.relative_to(path).parts):
+                files.append(found)
+    return files
+
+
+def slot_sweep_id(settings: WorkerSettings, label: str) -> str:
+    """The sweep id of the slot ``label`` names, as the worker and ``afr sweep run --slot``
+    derive it (``AFR_SWEEP_CRON``/``AFR_SWEEP_TZ``): the same label, the same eval run ids."""
+    return parse_schedule(settings.sweep_cron, settings.sweep_tz).resolve(label).sweep_id
+
+
 def _report_export(
     settings: WorkerSettings, export: bool, processor: Any, exported: _Exported, err: TextIO
-) -> None:
+) -> bool:
+    """Says where the eval runs went; True when every span reached the collector."""
     if not export:
         print(
             "eval runs not recorded: no collector configured "
             "(set AFR_WORKER_COLLECTOR_KEY and AFR_WORKER_COLLECTOR_OTLP_ENDPOINT)",
             file=err,
         )
-        return
+        return False
     if processor is not None:
         exported.unflushed = 0 if processor.force_flush(_FLUSH_TIMEOUT_S) else 1
         processor.shutdown(timeout=1)
@@ -381,9 +435,10 @@ def _report_export(
     where = settings.collector_otlp_endpoint
     if not exported.unflushed and not dropped:
         print(f"eval runs recorded in the collector at {where}", file=err)
-    else:
-        print(
-            f"warning: eval runs may be incomplete in the collector at {where}: "
-            f"{dropped} spans dropped" + (", a flush timed out" if exported.unflushed else ""),
-            file=err,
-        )
+        return True
+    print(
+        f"warning: eval runs may be incomplete in the collector at {where}: "
+        f"{dropped} spans dropped" + (", a flush timed out" if exported.unflushed else ""),
+        file=err,
+    )
+    return False

@@ -19,7 +19,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from replay_worker.evals.runner import METADATA_EVAL_ID, EvalOutcome
+from afr_exporter.semconv import METADATA_EVAL_ID
+from replay_worker.evals.runner import EvalOutcome
 
 __all__ = ["SUITE_NAME", "junit_xml", "write_junit"]
 

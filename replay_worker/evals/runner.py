@@ -36,6 +36,13 @@ from agents.tracing import SpanError, custom_span
 
 from afr_exporter import semconv as sc
 from afr_exporter.convert import agent_definitions
+from afr_exporter.semconv import (
+    METADATA_EVAL_ASSERTIONS,
+    METADATA_EVAL_ID,
+    METADATA_EVAL_NAME,
+    METADATA_EVAL_STATUS,
+    METADATA_SWEEP_ID,
+)
 from replay_worker.child import openai_model_factory
 from replay_worker.evals.assertions import AssertionResult, Observed, check_all
 from replay_worker.evals.contract import EvalDocument
@@ -43,16 +50,11 @@ from replay_worker.ledger import BudgetExceeded, DayBudget, JobLedger, LedgerMod
 from replay_worker.replay.engine import ReplayResult, run_replay
 from replay_worker.replay.fixture import AgentSpec, Fixture, FixtureError, recorded_agent
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import Clock, StateStore
+from replay_worker.state import Clock, open_state_store
 
 __all__ = [
     "EVAL_RESULT_SPAN",
     "LINK_ROLE_REPLAY",
-    "METADATA_EVAL_ASSERTIONS",
-    "METADATA_EVAL_ID",
-    "METADATA_EVAL_NAME",
-    "METADATA_EVAL_STATUS",
-    "METADATA_SWEEP_ID",
     "AgentLoadError",
     "EvalOutcome",
     "EvalSession",
@@ -69,13 +71,6 @@ logger = logging.getLogger("afr.evals")
 EvalStatus = Literal["passed", "failed", "inconclusive", "errored"]
 ModelFactory = Callable[[str], Model]
 
-# Trace-metadata keys of an eval run (the root span's ``afr.trace.metadata``).
-METADATA_EVAL_ID = "afr.eval.id"
-METADATA_EVAL_NAME = "afr.eval.name"
-METADATA_EVAL_STATUS = "afr.eval.status"
-METADATA_EVAL_ASSERTIONS = "afr.eval.assertions"
-"""``[{"kind", "expected", "actual", "passed"}]``, in the eval's order."""
-METADATA_SWEEP_ID = "afr.sweep.id"
 LINK_ROLE_REPLAY = "replay"
 EVAL_RESULT_SPAN = "eval.result"
 
@@ -374,7 +369,7 @@ class EvalSession:
     ) -> None:
         self.settings = settings
         self._factory = model_factory or openai_model_factory(settings)
-        self._store = StateStore(settings.state_path)
+        self._store = open_state_store(settings)
         self._day = DayBudget(self._store, settings.day_budget_usd, clock)
 
     async def run(

@@ -6,6 +6,8 @@ a real collector as a run of kind ``eval``."""
 from __future__ import annotations
 
 import json
+import socket
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,8 +19,13 @@ from junitparser import Failure, JUnitXml, Skipped
 from afr.cli import main
 from afr.incident import failing_script, fixed_script
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
+from replay_worker.evals import command
+from replay_worker.evals.command import slot_sweep_id
 from replay_worker.evals.contract import EvalDocument, ReplaySpec, write_eval
+from replay_worker.evals.runner import eval_trace_id
 from replay_worker.evals.synthesis import synthesize
+from replay_worker.scheduler import parse_schedule
+from replay_worker.settings import WorkerSettings
 from tests.e2e.captured import capture_fixed_incident
 from tests.integration.conftest import Running, start_collector
 
@@ -376,3 +383,115 @@ def test_bad_input_and_spent_budgets(
     assert outcome["status"] == "errored"
     assert "budget exhausted" in outcome["error"]
     assert requests == [], "nothing was sent that the budget did not allow"
+
+
+def test_zero_based_shards_cover_every_eval_once_and_a_configmap_mount_counts_once(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A Kubernetes Indexed Job's pods run ``--shard $JOB_COMPLETION_INDEX/N`` (0..N-1)
+    over the evals ConfigMap, which Kubernetes mounts as links into a hidden
+    ``..<timestamp>`` directory beside them: still each eval exactly once."""
+    mounted = tmp_path / "evals"
+    data = mounted / "..2026_12_01_03_00_00.000000001"
+    documents = [variant(world.document, f"refund-desk #{n}") for n in range(7)]
+    for document in documents:
+        write_eval(document, data)
+    (mounted / "..data").symlink_to(data.name)
+    for document in documents:
+        (mounted / f"{document.id}.json").symlink_to(f"..data/{document.id}.json")
+    ids = sorted(d.id for d in documents)
+    configure(monkeypatch, world, "http://127.0.0.1:9", tmp_path, collector=False)
+    capsys.readouterr()
+    for count in range(1, 6):
+        seen: list[str] = []
+        for index in range(count):
+            assert eval_run(mounted, "--shard", f"{index}/{count}", "--list") == 0
+            seen += [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()]
+        assert sorted(seen) == ids, f"N={count}"
+    assert eval_run(mounted, "--shard", "0/4", "--list") == 0
+    first = capsys.readouterr().out
+    assert eval_run(mounted, "--shard", "4/4", "--list") == 0
+    assert capsys.readouterr().out == first, "0/N and N/N are the same shard"
+
+
+def test_a_shard_run_twice_for_one_slot_is_stored_once(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A retried pod of the nightly Indexed Job runs its shard again for the same slot: each
+    eval's run has the same id and the same span ids, so the store holds it once."""
+    evals = tmp_path / "evals"
+    documents = [variant(world.document, f"refund-desk #{n}") for n in range(4)]
+    for document in documents:
+        write_eval(document, evals)
+    slot = "afr-sweep-29410560"  # a CronJob's Job name: a slot of its own
+    outcomes: list[dict[str, str]] = []
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path)
+        for _attempt in range(2):
+            capsys.readouterr()
+            code = eval_run(evals, "--shard", "0/2", "--slot", slot, "--json")
+            out, err = capsys.readouterr()
+            assert code == 0, out + err
+            assert "eval runs recorded in the collector" in err
+            outcomes.append({o["eval_id"]: o["eval_run_id"] for o in json.loads(out)})
+        settings = WorkerSettings()
+    first, second = outcomes
+    assert first == second and len(first) == 2, "the same evals, under the same run ids"
+    sweep_id = slot_sweep_id(settings, slot)
+    assert sweep_id == parse_schedule(settings.sweep_cron).resolve(slot).sweep_id
+    for eval_id, run_id in first.items():
+        assert run_id == eval_trace_id(sweep_id, eval_id).removeprefix("trace_")
+        run, root = stored_eval_run(world, run_id)
+        spans = run["spans"]
+        assert len({s["span_id"] for s in spans}) == len(spans)
+        names = Counter(s["name"] for s in spans)
+        assert names["eval.result"] == 1 and names["replay.verdict"] == 1, "stored once"
+        metadata = json.loads(root["attributes"]["afr.trace.metadata"])
+        assert (metadata["afr.sweep.id"], metadata["afr.eval.status"]) == (sweep_id, "passed")
+    # A slot of the schedule is the sweep the worker and `afr sweep run --slot` run.
+    night = "2026-12-01T03:00:00Z"
+    assert (
+        slot_sweep_id(settings, night)
+        == parse_schedule(settings.sweep_cron).resolve(night).sweep_id
+    )
+
+
+def test_a_slot_needs_a_collector_and_excludes_a_sweep_id(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure(monkeypatch, world, "http://127.0.0.1:9", tmp_path, collector=False)
+    assert eval_run(world.evals, "--slot", "afr-sweep-1") == 2
+    assert "--slot records the eval runs" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        eval_run(world.evals, "--slot", "afr-sweep-1", "--sweep-id", "sweep_x")
+    assert exited.value.code == 2
+
+
+def test_a_slot_whose_runs_did_not_reach_the_collector_exits_3(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Exit 3 is what the nightly Job retries: the shard's results did not land."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{unused.getsockname()[1]}"
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path)
+        monkeypatch.setenv("AFR_WORKER_COLLECTOR_OTLP_ENDPOINT", closed)
+        monkeypatch.setattr(command, "_FLUSH_TIMEOUT_S", 2.0)  # nothing will get through
+        capsys.readouterr()
+        code = eval_run(world.evals, "--slot", "afr-sweep-29410561")
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "may be incomplete in the collector" in err

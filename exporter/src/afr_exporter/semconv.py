@@ -91,6 +91,10 @@ AFR_SPAN_DATA: Final = "afr.span.data"
 """JSON of ``span_data.export()`` for span types this bridge does not know yet."""
 AFR_ERROR_DATA: Final = "afr.error.data"
 AFR_CONTENT_CAPTURED: Final = "afr.content.captured"
+AFR_TRUNCATED: Final = "afr.truncated"
+"""Set by the collector, not the exporter: the key of the JSON document that replaces a value
+cut to its size limit (``{"afr.truncated": true, "original_bytes": N, ...}``), and the mark
+ending a cut name."""
 
 RUN_KIND_CAPTURE: Final = "capture"
 RUN_KIND_REPLAY: Final = "replay"
@@ -114,5 +118,25 @@ METADATA_DETERMINISTIC_IDS: Final = "afr.deterministic_ids"
 """``true``: the trace's OTel span ids derive from (trace id, the span's place in start
 order) instead of the SDK's random span ids, so a run executed again under the same trace id
 (a retried eval of a sweep) exports the same span ids and the store keeps it once."""
+
+# Trace-metadata keys of an eval run (the root span's ``afr.trace.metadata``); the store's run
+# summary reads the status, name and sweep id (collector/store/schema.py).
+METADATA_EVAL_ID: Final = "afr.eval.id"
+METADATA_EVAL_NAME: Final = "afr.eval.name"
+METADATA_EVAL_STATUS: Final = "afr.eval.status"
+METADATA_EVAL_ASSERTIONS: Final = "afr.eval.assertions"
+"""``[{"kind", "expected", "actual", "passed"}]``, in the eval's order."""
+METADATA_SWEEP_ID: Final = "afr.sweep.id"
+"""On an eval run of a sweep and on the sweep's own run."""
+
+# Trace-metadata keys of a sweep run.
+METADATA_SWEEP_SLOT: Final = "afr.sweep.slot"
+METADATA_SWEEP_TRIGGER: Final = "afr.sweep.trigger"
+METADATA_SWEEP_COUNTS: Final = "afr.sweep.counts"
+METADATA_SWEEP_COST_USD: Final = "afr.sweep.cost_usd"
+METADATA_SWEEP_DURATION_S: Final = "afr.sweep.duration_s"
+
+AFR_EXPORTER_VERSION: Final = "afr.exporter.version"
+"""Resource attribute: the afr-exporter version that exported the spans."""
 
 SCOPE_NAME: Final = "afr.exporter"

@@ -44,9 +44,25 @@ def test_a_shard_outside_1_to_n_is_refused() -> None:
     with pytest.raises(ValueError, match="1 <= I <= N"):
         shard(["a"], 3, 2)
     assert parse_shard("2/4") == (2, 4)
-    for bad in ("2", "0/3", "4/3", "a/b", "1/0", "-1/2"):
+    for bad in ("2", "4/3", "a/b", "1/0", "0/0", "-1/2", "1/-2", " 1/2", "1/2/3"):
         with pytest.raises(ValueError, match="--shard"):
             parse_shard(bad)
+
+
+@given(IDS)
+def test_shard_numbers_from_0_or_from_1_both_cover_every_eval_exactly_once(
+    ids: list[str],
+) -> None:
+    """A CI matrix counts 1..N, a Kubernetes Indexed Job 0..N-1 (JOB_COMPLETION_INDEX):
+    either way the N shards are the same N shards, so each eval runs exactly once."""
+    for count in range(1, 8):
+        one_based = [shard(ids, *parse_shard(f"{i}/{count}")) for i in range(1, count + 1)]
+        zero_based = [shard(ids, *parse_shard(f"{i}/{count}")) for i in range(count)]
+        for shards in (one_based, zero_based):
+            covered = [item for part in shards for item in part]
+            assert sorted(covered) == sorted(ids), f"N={count}"
+        assert sorted(map(tuple, zero_based)) == sorted(map(tuple, one_based))
+        assert parse_shard(f"0/{count}") == parse_shard(f"{count}/{count}") == (count, count)
 
 
 def test_eval_runs_of_a_sweep_have_derived_ids() -> None:

@@ -1,6 +1,7 @@
-"""The cost ledger over the real state store: worst case reserved before a request, real cost
-charged after (overruns included and recorded), budgets refused before anything is sent,
-one day's budget shared by every ledger on the store, UTC days from an injected clock."""
+"""The cost ledger over the real state store, on each engine (``state_at``: SQLite and
+PostgreSQL): worst case reserved before a request, real cost charged after (overruns included
+and recorded), budgets refused before anything is sent, one day's budget shared by every
+ledger on the store, UTC days from an injected clock."""
 
 from __future__ import annotations
 
@@ -18,14 +19,17 @@ BEFORE_MIDNIGHT = dt.datetime(2025, 11, 30, 23, 59, 59, tzinfo=dt.UTC).timestamp
 
 
 def ledger(
-    tmp_path: Path, limit: float = 1.0, day: float = 10.0, clock: ManualClock | None = None
+    state_at: Path | str,
+    limit: float = 1.0,
+    day: float = 10.0,
+    clock: ManualClock | None = None,
 ) -> JobLedger:
-    budget = DayBudget(StateStore(tmp_path / "state.sqlite"), day, clock or ManualClock())
+    budget = DayBudget(StateStore(state_at), day, clock or ManualClock())
     return JobLedger(limit, budget, dict(DEFAULT_PRICES_PER_MTOK))
 
 
-def test_reserve_worst_case_then_settle_to_usage(tmp_path: Path) -> None:
-    book = ledger(tmp_path)
+def test_reserve_worst_case_then_settle_to_usage(state_at: Path | str) -> None:
+    book = ledger(state_at)
     reservation = book.reserve("gpt-4.1-mini", 10_000, 2_000)
     assert reservation.cost_usd == pytest.approx((10_000 * 0.40 + 2_000 * 1.60) / 1e6)
     assert book.day.spend().spent_usd == pytest.approx(reservation.cost_usd), (
@@ -39,8 +43,8 @@ def test_reserve_worst_case_then_settle_to_usage(tmp_path: Path) -> None:
     assert book.day.spend().spent_usd == pytest.approx(charged)
 
 
-def test_unknown_outcome_is_charged_the_full_reservation(tmp_path: Path) -> None:
-    book = ledger(tmp_path)
+def test_unknown_outcome_is_charged_the_full_reservation(state_at: Path | str) -> None:
+    book = ledger(state_at)
     reservation = book.reserve("some-new-model", 1_000, 1_000)
     assert reservation.cost_usd == pytest.approx((1_000 * 10 + 1_000 * 40) / 1e6), (
         "unknown models priced conservatively"
@@ -50,8 +54,8 @@ def test_unknown_outcome_is_charged_the_full_reservation(tmp_path: Path) -> None
     assert book.day.spend().spent_usd == pytest.approx(reservation.cost_usd)
 
 
-def test_usage_beyond_the_reservation_is_charged_in_full_and_recorded(tmp_path: Path) -> None:
-    book = ledger(tmp_path)
+def test_usage_beyond_the_reservation_is_charged_in_full_and_recorded(state_at: Path | str) -> None:
+    book = ledger(state_at)
     reservation = book.reserve("gpt-4.1", 100, 10)  # $0.00028
     charged = book.settle(reservation, 100, 1_000)  # the model ignored max_tokens: $0.0082
     assert charged == pytest.approx((100 * 2 + 1_000 * 8) / 1e6)
@@ -62,35 +66,35 @@ def test_usage_beyond_the_reservation_is_charged_in_full_and_recorded(tmp_path: 
     assert spend.overrun_usd == pytest.approx(book.overrun_usd)
 
 
-def test_budgets_refuse_before_the_request(tmp_path: Path) -> None:
-    book = ledger(tmp_path, limit=0.001)
+def test_budgets_refuse_before_the_request(state_at: Path | str) -> None:
+    book = ledger(state_at, limit=0.001)
     with pytest.raises(BudgetExceeded, match="job budget"):
         book.reserve("gpt-4.1", 1_000_000, 0)
     assert book.requests == 0
     assert book.day.spend().requests == 0
 
 
-def test_ledgers_on_one_store_file_share_the_day_budget(tmp_path: Path) -> None:
+def test_ledgers_on_one_store_file_share_the_day_budget(state_at: Path | str) -> None:
     clock = ManualClock()
-    first = ledger(tmp_path, day=0.002, clock=clock)
-    second = ledger(tmp_path, day=0.002, clock=clock)  # its own connection: another process
+    first = ledger(state_at, day=0.002, clock=clock)
+    second = ledger(state_at, day=0.002, clock=clock)  # its own connection: another process
     first.settle(first.reserve("gpt-4.1", 1_000, 0), None, None)
     with pytest.raises(BudgetExceeded, match="day budget"):
         second.reserve("gpt-4.1", 1_000, 0)
 
 
-def test_an_overrun_counts_against_the_rest_of_the_day(tmp_path: Path) -> None:
-    book = ledger(tmp_path, day=0.01)
+def test_an_overrun_counts_against_the_rest_of_the_day(state_at: Path | str) -> None:
+    book = ledger(state_at, day=0.01)
     book.settle(book.reserve("gpt-4.1", 100, 10), 100, 1_200)  # $0.0098 spent
     with pytest.raises(BudgetExceeded, match="day budget"):
         book.reserve("gpt-4.1", 100, 10)
 
 
 def test_a_request_is_charged_to_the_day_it_was_reserved_across_utc_midnight(
-    tmp_path: Path,
+    state_at: Path | str,
 ) -> None:
     clock = ManualClock(BEFORE_MIDNIGHT)
-    book = ledger(tmp_path, day=0.005, clock=clock)
+    book = ledger(state_at, day=0.005, clock=clock)
     late = book.reserve("gpt-4.1", 1_000, 250)  # $0.004 reserved on the 30th
     clock.advance(2)  # the answer comes on the 1st
     book.settle(late, 1_000, 100)

@@ -1,6 +1,7 @@
-"""The worker's state store on real SQLite: jobs and webhook ids survive a reopen and are
-shared by every store on the file, claims are exclusive, leases hand a dead worker's jobs
-over, and the day's budget holds across processes. Time is passed in, never slept on."""
+"""The worker's state store on each engine, real SQLite and a real PostgreSQL server (the
+``state_at`` fixture): jobs and webhook ids survive a reopen and are shared by every store on
+the state, claims are exclusive, leases hand a dead worker's jobs over, and the day's budget
+holds across processes. Time is passed in, never slept on."""
 
 from __future__ import annotations
 
@@ -19,16 +20,16 @@ ME = Owner("hostA:100:aaaa", "hostA", 100)
 OTHER = Owner("hostB:200:bbbb", "hostB", 200)
 
 
-def store(tmp_path: Path, **kwargs: int) -> StateStore:
-    return StateStore(tmp_path / "state.sqlite", **kwargs)
+def store(state_at: Path | str, **kwargs: int) -> StateStore:
+    return StateStore(state_at, **kwargs)
 
 
-def test_jobs_and_webhook_ids_survive_a_reopen(tmp_path: Path) -> None:
-    first = store(tmp_path)
+def test_jobs_and_webhook_ids_survive_a_reopen(state_at: Path | str) -> None:
+    first = store(state_at)
     _, created = first.submit("msg_1", "job_1", "a" * 32, "gpt-4.1", {"t": "out"}, T0)
     assert created
     first.close()
-    again = store(tmp_path)
+    again = store(state_at)
     same, created = again.submit("msg_1", "job_other", "b" * 32, None, {}, T0 + 5)
     assert not created, "a webhook id seen before a restart starts nothing new"
     assert same.job_id == "job_1"
@@ -41,11 +42,12 @@ def test_jobs_and_webhook_ids_survive_a_reopen(tmp_path: Path) -> None:
         "queued",
         T0,
     )
-    assert (tmp_path / "state.sqlite").stat().st_mode & 0o777 == 0o600
+    if isinstance(state_at, Path):
+        assert state_at.stat().st_mode & 0o777 == 0o600
 
 
-def test_two_stores_on_one_file_share_jobs_and_claim_each_job_once(tmp_path: Path) -> None:
-    left, right = store(tmp_path), store(tmp_path)
+def test_two_stores_on_one_file_share_jobs_and_claim_each_job_once(state_at: Path | str) -> None:
+    left, right = store(state_at), store(state_at)
     left.submit("msg_1", "job_1", "a" * 32, None, {"t": "raw output"}, T0)
     duplicate, created = right.submit("msg_1", "job_2", "a" * 32, None, {}, T0)
     assert (duplicate.job_id, created) == ("job_1", False)
@@ -61,9 +63,9 @@ def test_two_stores_on_one_file_share_jobs_and_claim_each_job_once(tmp_path: Pat
 
 
 def test_a_dead_workers_job_is_taken_over_when_its_lease_runs_out_then_failed(
-    tmp_path: Path,
+    state_at: Path | str,
 ) -> None:
-    state = store(tmp_path)
+    state = store(state_at)
     state.submit("msg_1", "job_1", "a" * 32, None, {}, T0)
     assert state.claim(OTHER, T0, lease_s=30) is not None
     assert state.claim(ME, T0 + 29, lease_s=30) is None, "the lease still holds"
@@ -83,10 +85,10 @@ def test_a_dead_workers_job_is_taken_over_when_its_lease_runs_out_then_failed(
     }
 
 
-def test_at_start_jobs_of_a_dead_local_worker_are_requeued_at_once(tmp_path: Path) -> None:
+def test_at_start_jobs_of_a_dead_local_worker_are_requeued_at_once(state_at: Path | str) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    state = store(tmp_path)
+    state = store(state_at)
     for n in (1, 2, 3):
         state.submit(f"msg_{n}", f"job_{n}", "a" * 32, None, {}, T0 + n)
     host = ME.host
@@ -103,9 +105,9 @@ def test_at_start_jobs_of_a_dead_local_worker_are_requeued_at_once(tmp_path: Pat
 
 
 def test_a_job_interrupted_by_shutdown_goes_back_without_using_an_attempt(
-    tmp_path: Path,
+    state_at: Path | str,
 ) -> None:
-    state = store(tmp_path)
+    state = store(state_at)
     state.submit("msg_1", "job_1", "a" * 32, None, {}, T0)
     state.claim(ME, T0, lease_s=30)
     assert state.release("job_1", ME)
@@ -114,9 +116,9 @@ def test_a_job_interrupted_by_shutdown_goes_back_without_using_an_attempt(
 
 
 def test_only_finished_jobs_beyond_the_cap_are_forgotten_with_their_webhook_ids(
-    tmp_path: Path,
+    state_at: Path | str,
 ) -> None:
-    state = store(tmp_path, max_jobs_kept=2)
+    state = store(state_at, max_jobs_kept=2)
     state.submit("w1", "job_1", "a" * 32, None, {}, T0)
     state.claim(ME, T0, lease_s=30)
     state.finish("job_1", ME, "failed", None, {"status": 503, "reason": "x"}, T0 + 1)
@@ -129,8 +131,8 @@ def test_only_finished_jobs_beyond_the_cap_are_forgotten_with_their_webhook_ids(
     assert created and again.job_id == "job_5", "its webhook id went with it"
 
 
-def test_settle_charges_the_real_cost_on_the_reservation_day(tmp_path: Path) -> None:
-    state = store(tmp_path)
+def test_settle_charges_the_real_cost_on_the_reservation_day(state_at: Path | str) -> None:
+    state = store(state_at)
     state.submit("w", "job_1", "a" * 32, None, {}, T0)
     assert state.reserve("2025-11-30", "job_1", 1_000, day_limit_nusd=10_000)
     state.settle("2025-11-30", "job_1", reserved_nusd=1_000, actual_nusd=2_500)
@@ -143,22 +145,21 @@ def test_settle_charges_the_real_cost_on_the_reservation_day(tmp_path: Path) -> 
 
 
 def _reserve_until_refused(
-    path: str, cost: int, limit: int, out: multiprocessing.Queue[int]
+    where: Path | str, cost: int, limit: int, out: multiprocessing.Queue[int]
 ) -> None:
-    state = StateStore(Path(path))
+    state = StateStore(where)
     granted = 0
     while state.reserve("2025-11-30", None, cost, limit):
         granted += 1
     out.put(granted)
 
 
-def test_processes_racing_for_the_day_budget_never_overspend(tmp_path: Path) -> None:
-    path = tmp_path / "state.sqlite"
-    StateStore(path).close()
+def test_processes_racing_for_the_day_budget_never_overspend(state_at: Path | str) -> None:
+    StateStore(state_at).close()
     context = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue[int] = context.Queue()
     processes = [
-        context.Process(target=_reserve_until_refused, args=(str(path), 7, 700, out))
+        context.Process(target=_reserve_until_refused, args=(state_at, 7, 700, out))
         for _ in range(3)
     ]
     for process in processes:
@@ -167,4 +168,4 @@ def test_processes_racing_for_the_day_budget_never_overspend(tmp_path: Path) -> 
     for process in processes:
         process.join(10)
     assert sum(granted) == 100, granted
-    assert StateStore(path).day("2025-11-30").spent_usd == pytest.approx(700 / 1e9)
+    assert StateStore(state_at).day("2025-11-30").spent_usd == pytest.approx(700 / 1e9)

@@ -147,15 +147,15 @@ def test_slot_ids_derive_from_the_schedule_and_the_instant() -> None:
 # -- slot claims in the state store ------------------------------------------------------------
 
 
-def stores(tmp_path: Path) -> tuple[StateStore, StateStore]:
-    return StateStore(tmp_path / "state.sqlite"), StateStore(tmp_path / "state.sqlite")
+def stores(state_at: Path | str) -> tuple[StateStore, StateStore]:
+    return StateStore(state_at), StateStore(state_at)
 
 
 T0 = epoch(2026, 12, 1, 3)
 
 
-def test_a_slot_has_one_owner_and_a_dead_owners_slot_is_resumed(tmp_path: Path) -> None:
-    left, right = stores(tmp_path)
+def test_a_slot_has_one_owner_and_a_dead_owners_slot_is_resumed(state_at: Path | str) -> None:
+    left, right = stores(state_at)
     _, created = left.submit_sweep("sweep_1", "2026-12-01T03:00:00Z", "schedule", T0)
     same, again = right.submit_sweep("sweep_1", "2026-12-01T03:00:00Z", "hook", T0 + 1)
     assert created and not again and same.trigger == "schedule"
@@ -183,14 +183,14 @@ def test_a_slot_has_one_owner_and_a_dead_owners_slot_is_resumed(tmp_path: Path) 
 
 
 def test_slots_survive_a_restart_and_a_dead_worker_of_this_host_is_recovered_at_once(
-    tmp_path: Path,
+    state_at: Path | str,
 ) -> None:
-    first = StateStore(tmp_path / "state.sqlite")
+    first = StateStore(state_at)
     first.submit_sweep("sweep_1", "s", "schedule", T0)
     assert first.claim_sweep(DEAD_ON_A, T0, lease_s=3600) is not None
     first.record_sweep_result("sweep_1", DEAD_ON_A, "eval_1", "passed", "r1", {}, T0)
     first.close()
-    restarted = StateStore(tmp_path / "state.sqlite")
+    restarted = StateStore(state_at)
     assert restarted.claim_sweep(A, T0 + 1, lease_s=30) is None, "its lease still runs"
     assert restarted.recover_sweeps(A, T0 + 1) == ["sweep_1"], "but its process is gone"
     resumed = restarted.claim_sweep(A, T0 + 1, lease_s=30)
@@ -198,8 +198,10 @@ def test_slots_survive_a_restart_and_a_dead_worker_of_this_host_is_recovered_at_
     assert [r.eval_id for r in restarted.sweep_results("sweep_1")] == ["eval_1"]
 
 
-def test_a_slot_that_keeps_dying_fails_and_a_shutdown_costs_no_attempt(tmp_path: Path) -> None:
-    store = StateStore(tmp_path / "state.sqlite")
+def test_a_slot_that_keeps_dying_fails_and_a_shutdown_costs_no_attempt(
+    state_at: Path | str,
+) -> None:
+    store = StateStore(state_at)
     store.submit_sweep("sweep_1", "s", "hook", T0)
     store.claim_sweep(A, T0, lease_s=30)
     assert store.release_sweep("sweep_1", A, count_attempt=False)
@@ -346,11 +348,17 @@ class World:
     them sleeps, to the earliest wake-up, so none sees time jump in the middle of its work.
     Sweeps run in-process and take no time."""
 
-    def __init__(self, tmp_path: Path, start: datetime, until: datetime) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        start: datetime,
+        until: datetime,
+        state_at: Path | str | None = None,
+    ) -> None:
         self.clock = Clock(start)
         self.until = until.timestamp()
         self.directory, self.documents = evals_dir(tmp_path)
-        self.path = tmp_path / "state.sqlite"
+        self.path = state_at if state_at is not None else tmp_path / "state.sqlite"
         self.evals = Evals()
         self.executed: list[str] = []
         self.participants = 1
@@ -425,8 +433,10 @@ def run_until_stopped(world: World, *schedulers: SweepScheduler) -> None:
     asyncio.run(main())
 
 
-def test_each_slot_runs_once_even_with_two_workers_on_one_state(tmp_path: Path) -> None:
-    world = World(tmp_path, at(2026, 12, 1, 2, 0), until=at(2026, 12, 3, 1, 0))
+def test_each_slot_runs_once_even_with_two_workers_on_one_state(
+    tmp_path: Path, state_at: Path | str
+) -> None:
+    world = World(tmp_path, at(2026, 12, 1, 2, 0), until=at(2026, 12, 3, 1, 0), state_at=state_at)
     run_until_stopped(world, world.scheduler(A), world.scheduler(B))
     slots = [NIGHTLY.slot(at(2026, 12, 1, 3)), NIGHTLY.slot(at(2026, 12, 2, 3))]
     assert world.executed == [s.sweep_id for s in slots], "two nights, one sweep each"

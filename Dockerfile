@@ -1,0 +1,51 @@
+# syntax=docker/dockerfile:1
+# afr's server image, one for every service; the command decides:
+#   afr up --no-worker     the collector (the default command; HEALTHCHECK is its /healthz)
+#   afr worker             the replay worker (deploy/compose sets its own health check)
+#   afr secrets init DIR   a deployment's secrets, generated on first start
+# Build from the repository root:  docker build -t afr-server:0.1.0 .
+# No secret is baked in: they come at run time from a secrets directory (AFR_SECRETS_DIR,
+# AFR_WORKER_SECRETS_DIR) or the environment. .dockerignore lets in only the sources below.
+
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY exporter/pyproject.toml exporter/README.md exporter/
+COPY exporter/src exporter/src
+COPY pyproject.toml README.md ./
+COPY afr afr
+COPY collector collector
+COPY replay_worker replay_worker
+# Both distributions and every dependency, as wheels. Naming ./exporter satisfies the
+# server's afr-exporter==0.1.0 with this checkout's, never with a package index's.
+RUN pip wheel --wheel-dir /wheels ./exporter .
+
+FROM ${PYTHON_IMAGE} AS runtime
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN groupadd --system --gid 10001 afr \
+ && useradd --system --uid 10001 --gid afr --home-dir /var/lib/afr --no-create-home \
+      --shell /usr/sbin/nologin afr
+# The wheels are mounted from the build stage, not copied: no layer keeps them.
+# The directories below are the volumes' mount points: a new named volume takes their owner
+# and mode, so the non-root user can write its data and secrets there.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links /wheels afr-server \
+ && mkdir -p /var/lib/afr/collector /var/lib/afr/worker /var/lib/afr/clickhouse-users \
+      /run/afr-secrets \
+ && chown -R afr:afr /var/lib/afr /run/afr-secrets \
+ && chmod 0700 /var/lib/afr/collector /var/lib/afr/worker /run/afr-secrets
+USER afr:afr
+WORKDIR /var/lib/afr
+# Listen beyond the container's loopback; keep state on the volumes' mount points.
+ENV AFR_DATA_DIR=/var/lib/afr/collector \
+    AFR_GRPC_HOST=0.0.0.0 \
+    AFR_HTTP_HOST=0.0.0.0 \
+    AFR_WORKER_HOST=0.0.0.0 \
+    AFR_WORKER_DATA_DIR=/var/lib/afr/worker
+EXPOSE 4317 4318 8787
+# The collector's /healthz (503 with the reasons when inserts fail or a thread stopped).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('AFR_HTTP_PORT', '4318'), timeout=4)"]
+CMD ["afr", "up", "--no-worker"]

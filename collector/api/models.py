@@ -1,0 +1,311 @@
+"""The read API's requests and responses, defined once: the handlers (runs.py) parse and
+answer through these models, and the OpenAPI document (openapi.py) is generated from them.
+
+Query parameters are validated by ``RunQuery`` with messages that name the parameter (a
+400's ``error``); the bounds that depend on settings (the page size) come in through the
+validation context.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+)
+from pydantic.alias_generators import to_camel
+
+from afr_exporter.semconv import RUN_KINDS
+from collector.store.reader import decode_cursor
+
+__all__ = [
+    "Error",
+    "OtlpTrace",
+    "Run",
+    "RunDetail",
+    "RunList",
+    "RunQuery",
+    "Span",
+    "dump",
+]
+
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _run_kind(value: str) -> str:
+    if value not in RUN_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(RUN_KINDS)}")
+    return value
+
+
+RunKind = Annotated[
+    str, AfterValidator(_run_kind), Field(json_schema_extra={"enum": list(RUN_KINDS)})
+]
+RunStatus = Literal["ok", "error"]
+
+
+class Error(BaseModel):
+    """Every 4xx answer's body."""
+
+    error: str = Field(description="what is wrong, naming the parameter at fault")
+
+
+# --- GET /api/v1/runs ---------------------------------------------------------------------
+def _time(value: object, info: ValidationInfo) -> float | None:
+    """Unix seconds (float) or nanoseconds (> 1e12); empty is the default. Errors never
+    quote the value."""
+    if value is None or value == "":
+        return None
+    try:
+        number = float(str(value))
+        if not math.isfinite(number) or abs(number) > 2**63:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"{info.field_name} must be unix seconds or nanoseconds") from None
+    return number
+
+
+def _status(value: object) -> object:
+    if value not in (None, "ok", "error"):
+        raise ValueError("status must be ok or error")
+    return value
+
+
+def _limit(value: object, info: ValidationInfo) -> int:
+    text = str(value)
+    limit = int(text) if text.isdigit() else 0
+    max_runs = (info.context or {}).get("max_runs")
+    if limit < 1 or (max_runs is not None and limit > max_runs):
+        raise ValueError(f"limit must be 1..{max_runs or ''}")
+    return limit
+
+
+def _source_run_id(value: object) -> str | None:
+    text = str(value).lower().removeprefix("trace_") if value is not None else ""
+    if not text:
+        return None
+    if not _HEX32.match(text):
+        raise ValueError("source_run_id must be 32 hex digits")
+    return text
+
+
+def _cursor(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    text = str(value)
+    try:
+        decode_cursor(text)
+    except RecursionError:  # base64 of JSON nested deeper than Python parses
+        raise ValueError("invalid cursor") from None
+    return text
+
+
+TimeParam = Annotated[float | None, BeforeValidator(_time)]
+
+
+class RunQuery(BaseModel):
+    """``GET /api/v1/runs``'s query parameters; any other parameter is ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    since: TimeParam = Field(
+        None, description="unix seconds or nanoseconds; default: until minus the lookback"
+    )
+    until: TimeParam = Field(None, description="unix seconds or nanoseconds; default: now + 1 h")
+    status: Annotated[RunStatus | None, BeforeValidator(_status)] = None
+    workflow: str | None = None
+    agent: str | None = None
+    kind: RunKind | None = None
+    source_run_id: Annotated[str | None, BeforeValidator(_source_run_id)] = Field(
+        None, description="its replays and eval runs (32 hex digits)"
+    )
+    limit: Annotated[int, BeforeValidator(_limit)] = Field(
+        50, ge=1, description="page size, at most AFR_API_MAX_RUNS"
+    )
+    cursor: Annotated[str | None, BeforeValidator(_cursor)] = Field(
+        None, description="next_cursor of the previous page"
+    )
+
+
+class Run(BaseModel):
+    """A run's summary (collector/store/reader.py)."""
+
+    run_id: str = Field(description="32 hex digits: the OTel trace id")
+    start_ns: int
+    end_ns: int
+    duration_ns: int
+    status: RunStatus
+    error_count: int
+    span_count: int
+    failing_span_id: str | None
+    failing_span_name: str | None
+    failing_error_type: str | None
+    workflow: str
+    root_agent: str
+    agents: list[str]
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float = Field(description="tokens priced by model (AFR_MODEL_PRICES)")
+    kind: RunKind
+    source_run_id: str | None = Field(description="the run replayed")
+    verdict: str | None = Field(description="a replay's or eval's verdict")
+    eval_name: str | None
+    sweep_id: str | None
+
+
+class RunList(BaseModel):
+    runs: list[Run] = Field(description="newest first")
+    next_cursor: str | None = Field(description="the next page's cursor; null on the last")
+
+
+# --- GET /api/v1/runs/{run_id} ------------------------------------------------------------
+class SpanStatus(BaseModel):
+    code: str = Field(description="Unset, Ok or Error")
+    message: str
+
+
+class SpanScope(BaseModel):
+    name: str
+    version: str
+
+
+class SpanEvent(BaseModel):
+    time_unix_nano: int
+    name: str
+    attributes: dict[str, str]
+
+
+class SpanLink(BaseModel):
+    trace_id: str
+    span_id: str
+    trace_state: str
+    attributes: dict[str, str]
+
+
+class Span(BaseModel):
+    """A span after the trace-level normalization pass: as it arrived (ids, attributes,
+    events, links) and what normalization found (span type, agent, tool, model, tokens)."""
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    name: str
+    kind: str
+    start_time_unix_nano: int
+    end_time_unix_nano: int
+    duration_ns: int
+    status: SpanStatus
+    service_name: str
+    resource_attributes: dict[str, str]
+    scope: SpanScope
+    trace_state: str
+    attributes: dict[str, str] = Field(description="as they arrived (after redaction)")
+    events: list[SpanEvent]
+    links: list[SpanLink]
+    span_type: str
+    dialect: str
+    agent_name: str
+    tool_name: str
+    tool_call_id: str
+    model: str
+    error_type: str
+    input: str
+    output: str
+    input_tokens: int
+    output_tokens: int
+    run_kind: RunKind
+    source_run_id: str
+    redactions: list[str]
+    truncated: bool
+
+
+class RunDetail(BaseModel):
+    run: Run
+    spans: list[Span]
+
+
+# --- GET /api/v1/runs/{run_id}/otlp -------------------------------------------------------
+class _Otlp(BaseModel):
+    """OTLP/JSON spells its fields in lowerCamelCase."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+
+class OtlpValue(_Otlp):
+    string_value: str
+
+
+class OtlpKeyValue(_Otlp):
+    key: str
+    value: OtlpValue
+
+
+class OtlpResource(_Otlp):
+    attributes: list[OtlpKeyValue]
+
+
+class OtlpScope(_Otlp):
+    name: str
+    version: str
+
+
+class OtlpStatus(_Otlp):
+    code: int = Field(description="0 unset, 1 ok, 2 error")
+    message: str
+
+
+class OtlpEvent(_Otlp):
+    time_unix_nano: str
+    name: str
+    attributes: list[OtlpKeyValue]
+
+
+class OtlpLink(_Otlp):
+    trace_id: str
+    span_id: str
+    trace_state: str
+    attributes: list[OtlpKeyValue]
+
+
+class OtlpSpan(_Otlp):
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    trace_state: str
+    name: str
+    kind: int
+    start_time_unix_nano: str
+    end_time_unix_nano: str
+    attributes: list[OtlpKeyValue]
+    events: list[OtlpEvent]
+    links: list[OtlpLink]
+    status: OtlpStatus
+
+
+class OtlpScopeSpans(_Otlp):
+    scope: OtlpScope
+    spans: list[OtlpSpan]
+
+
+class OtlpResourceSpans(_Otlp):
+    resource: OtlpResource
+    scope_spans: list[OtlpScopeSpans]
+
+
+class OtlpTrace(_Otlp):
+    """An OTLP/JSON ``ExportTraceServiceRequest`` (hex ids; attribute values as strings, as
+    the store keeps them)."""
+
+    resource_spans: list[OtlpResourceSpans]
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """A response body exactly as the document describes it (aliases, JSON types)."""
+    return model.model_dump(mode="json", by_alias=True)

@@ -1,0 +1,209 @@
+"""The worker's HTTP requests and responses, defined once: the handlers (app.py) read hook
+bodies and build answers through these models, and the OpenAPI document (openapi.py) is
+generated from them.
+
+A hook body's validators raise with messages that name the field at fault (a 400's
+``error``); ``bad_request`` turns pydantic's own errors into the same shape.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, ValidationInfo
+
+__all__ = [
+    "Error",
+    "EvalHook",
+    "EvalRefused",
+    "EvalWritten",
+    "Health",
+    "Job",
+    "JobAccepted",
+    "PoolStats",
+    "ReplayHook",
+    "Sweep",
+    "SweepAccepted",
+    "SweepHook",
+    "SweepStats",
+    "dump",
+    "problem",
+]
+
+RUN_ID_PATTERN = r"^(?:trace_)?[0-9a-fA-F]{32}$"
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _run_id(value: object, info: ValidationInfo) -> str:
+    """A run id, lower case, without the ``trace_`` prefix."""
+    text = value.lower().removeprefix("trace_") if isinstance(value, str) else ""
+    if not _HEX32.match(text):
+        raise ValueError(f"{info.field_name} must be 32 hex digits")
+    return text
+
+
+def _stubs(value: object) -> object:
+    if value is not None and not (
+        isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    ):
+        raise ValueError("stubs maps tool names to output strings")
+    return value
+
+
+def _slot(value: object) -> object:
+    if value is not None and (not isinstance(value, str) or not value.strip() or len(value) > 200):
+        raise ValueError("slot must be a non-empty string of at most 200 characters")
+    return value.strip() if isinstance(value, str) else value
+
+
+RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN), BeforeValidator(_run_id)]
+
+
+# --- requests ------------------------------------------------------------------------------
+class ReplayHook(BaseModel):
+    """``POST /hooks/replay``: replay a stored run."""
+
+    run_id: RunId = Field(description="the run (OTel trace id) to replay")
+    model: str | None = Field(None, description="model to replay with; default: the run's")
+    stubs: Annotated[dict[str, str] | None, BeforeValidator(_stubs)] = Field(
+        None, description="tool name -> output to answer with"
+    )
+    policy: Literal["exact", "strict", "lenient"] = "exact"
+
+
+class EvalHook(BaseModel):
+    """``POST /hooks/evals``: turn a FAILURE_FIXED replay into a regression eval."""
+
+    replay_run_id: RunId
+
+
+class SweepHook(BaseModel):
+    """``POST /hooks/sweeps``: queue a sweep (an empty body, or no slot: a manual slot named
+    by the webhook id)."""
+
+    slot: Annotated[str | None, BeforeValidator(_slot)] = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        pattern=r"\S",
+        description="a label, or an instant of the schedule (2026-12-01T03:00:00Z)",
+    )
+
+
+def problem(error: ValidationError) -> str:
+    """The first problem of a body, naming its field: a validator's own message does;
+    pydantic's is prefixed with the field's name (``body`` when the body is not an object)."""
+    first = error.errors(include_url=False, include_input=False)[0]
+    cause = first.get("ctx", {}).get("error")
+    if first["type"] == "value_error" and cause is not None:
+        return str(cause)
+    field = ".".join(str(part) for part in first["loc"]) or "body"
+    return f"{field}: {first['msg']}"
+
+
+# --- responses -----------------------------------------------------------------------------
+class Error(BaseModel):
+    """Every refusal's body."""
+
+    error: str = Field(description="what is wrong, naming the field at fault")
+
+
+class EvalRefused(BaseModel):
+    error: str
+    verdict: str | None = None
+
+
+class JobAccepted(BaseModel):
+    job_id: str
+    state: str
+    status_url: str
+
+
+class Job(BaseModel):
+    """A replay job (replay_worker/state.py ``Job.to_json``)."""
+
+    job_id: str
+    run_id: str
+    model: str | None
+    policy: str
+    state: str
+    attempts: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    cost_usd: float
+    overrun_usd: float
+    model_requests: int
+
+
+class EvalWritten(BaseModel):
+    eval_id: str
+    path: str
+    eval: dict[str, Any] = Field(description="the afr.eval/v1 document written")
+
+
+class SweepAccepted(BaseModel):
+    sweep_id: str
+    slot: str
+    state: str
+    status_url: str
+
+
+class Sweep(BaseModel):
+    """A sweep (replay_worker/state.py ``Sweep.to_json``)."""
+
+    sweep_id: str
+    slot: str
+    trigger: str
+    state: str
+    attempts: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    summary: dict[str, Any] | None
+    error: dict[str, Any] | None
+
+
+class PoolStats(BaseModel):
+    """The replay pool (replay_worker/pool.py ``PoolStats``)."""
+
+    size: int
+    running: int
+    processes_started: int
+    crashed: int
+    timed_out: int
+
+
+class SweepStats(BaseModel):
+    """The sweep scheduler (replay_worker/scheduler.py ``SweepScheduler.stats``)."""
+
+    enabled: bool
+    cron: str
+    zone: str
+    next_slot: str | None
+    running: str | None
+    counts: dict[str, int]
+    last: Sweep | None
+
+
+class Health(BaseModel):
+    """``GET /healthz`` (replay_worker/jobs.py ``JobRunner.stats`` and the sweeps')."""
+
+    ok: bool
+    error: str | None = Field(None, description="why jobs are not being run")
+    day: str
+    day_spent_usd: float
+    day_overrun_usd: float
+    day_budget_usd: float
+    day_model_requests: int
+    jobs: dict[str, int] = Field(description="jobs by state")
+    pool: PoolStats | None = Field(description="null until the pool starts")
+    sweeps: SweepStats
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """A response body exactly as the document describes it."""
+    return model.model_dump(mode="json")

@@ -1,0 +1,464 @@
+"""The two engines under the worker's state store (ADR 12): SQLite, one file on one machine
+(the default), and PostgreSQL, shared by worker replicas on several hosts.
+
+The store's logic (``replay_worker/state.py``) is written once, as transactions of plain SQL
+(``?`` placeholders, no literal ``?`` or ``%``); an engine runs each one atomically:
+
+- SQLite: ``BEGIN IMMEDIATE`` takes the file's write lock at the first statement, so every
+  transaction runs alone among the processes on the file.
+- PostgreSQL: ``SERIALIZABLE``. The server guarantees that concurrent serializable
+  transactions commit only if the outcome is that of some serial order, and aborts the
+  others with a serialization failure (SQLSTATE 40001, or a deadlock, 40P01); such a
+  transaction is run again from its start, at once, until it commits (at least one of a
+  conflicting set always does). The same read-check-write code therefore means the same
+  thing on both engines, with the database as the only lock.
+
+A transaction body may run more than once: it only reads and writes through its ``Tx`` and
+returns what it found, it keeps no other state.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = [
+    "POSTGRES_SCHEMES",
+    "SCHEMA_VERSION",
+    "Engine",
+    "PostgresEngine",
+    "SQLiteEngine",
+    "StateStoreUnavailable",
+    "Tx",
+    "redact_url",
+]
+
+T = TypeVar("T")
+
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+SCHEMA_VERSION = 1
+
+# One schema for both engines. BIGINT and DOUBLE PRECISION have SQLite's INTEGER and REAL
+# affinities (64-bit integers, doubles), so a file created before them reads the same; in
+# PostgreSQL, INTEGER and REAL would be 32 bits. Text compares byte by byte in both (the
+# "C" collation in PostgreSQL), so ties in ORDER BY break the same way.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id        {text} PRIMARY KEY,
+    webhook_id    {text} NOT NULL UNIQUE,
+    run_id        {text} NOT NULL,
+    model         {text},
+    stubs         {text} NOT NULL,
+    policy        {text} NOT NULL DEFAULT 'exact',
+    state         {text} NOT NULL,
+    attempts      BIGINT NOT NULL DEFAULT 0,
+    owner         {text},
+    owner_host    {text},
+    owner_pid     BIGINT,
+    lease_until   DOUBLE PRECISION,
+    created_at    DOUBLE PRECISION NOT NULL,
+    started_at    DOUBLE PRECISION,
+    finished_at   DOUBLE PRECISION,
+    result        {text},
+    error         {text},
+    cost_nusd     BIGINT NOT NULL DEFAULT 0,
+    overrun_nusd  BIGINT NOT NULL DEFAULT 0,
+    requests      BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at);
+CREATE TABLE IF NOT EXISTS spend (
+    day           {text} PRIMARY KEY,
+    spent_nusd    BIGINT NOT NULL DEFAULT 0,
+    overrun_nusd  BIGINT NOT NULL DEFAULT 0,
+    requests      BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS sweeps (
+    sweep_id      {text} PRIMARY KEY,
+    slot          {text} NOT NULL,
+    trigger       {text} NOT NULL,
+    state         {text} NOT NULL,
+    attempts      BIGINT NOT NULL DEFAULT 0,
+    owner         {text},
+    owner_host    {text},
+    owner_pid     BIGINT,
+    lease_until   DOUBLE PRECISION,
+    created_at    DOUBLE PRECISION NOT NULL,
+    started_at    DOUBLE PRECISION,
+    finished_at   DOUBLE PRECISION,
+    summary       {text},
+    error         {text}
+);
+CREATE INDEX IF NOT EXISTS sweeps_by_state ON sweeps (state, created_at);
+CREATE TABLE IF NOT EXISTS sweep_results (
+    sweep_id      {text} NOT NULL,
+    eval_id       {text} NOT NULL,
+    status        {text} NOT NULL,
+    eval_run_id   {text},
+    result        {text} NOT NULL,
+    recorded_at   DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (sweep_id, eval_id)
+);
+"""
+
+
+def _schema(text_type: str) -> list[str]:
+    return [s for s in _SCHEMA.format(text=text_type).split(";") if s.strip()]
+
+
+class StateStoreUnavailable(RuntimeError):
+    """The state store cannot be reached (a PostgreSQL server down, refusing the login, the
+    connection lost). The message says where, never with the password."""
+
+
+class Tx(Protocol):
+    """The statements of one transaction (``?`` placeholders)."""
+
+    def one(self, sql: str, parameters: Sequence[Any] = ()) -> tuple[Any, ...] | None: ...
+
+    def all(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
+
+    def run(self, sql: str, parameters: Sequence[Any] = ()) -> int:
+        """Runs a write; the number of rows it changed."""
+        ...
+
+    def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+
+class Engine(Protocol):
+    """Thread-safe: one connection per engine, shared by the threads of a process under a
+    lock. Methods block; callers on an event loop call them from a thread."""
+
+    location: str
+    """Where the state is, safe to print (no password)."""
+
+    def transact(self, body: Callable[[Tx], T]) -> T:
+        """Runs ``body`` as one atomic transaction (perhaps more than once, see above)."""
+        ...
+
+    def read(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """One statement on its own consistent snapshot."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# -- SQLite -------------------------------------------------------------------------------
+
+
+class _SQLiteTx:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def one(self, sql: str, parameters: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        row: tuple[Any, ...] | None = self._db.execute(sql, parameters).fetchone()
+        return row
+
+    def all(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._db.execute(sql, parameters).fetchall()
+
+    def run(self, sql: str, parameters: Sequence[Any] = ()) -> int:
+        return self._db.execute(sql, parameters).rowcount
+
+    def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self._db.executemany(sql, rows)
+
+
+class SQLiteEngine:
+    """One file (WAL, mode 0600) on a local disk, shared by every process that opens it."""
+
+    def __init__(self, path: Path, *, busy_timeout_s: float) -> None:
+        self.path = path
+        self.location = str(path)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # spend and job inputs: owner only
+        os.close(fd)
+        self._db = sqlite3.connect(
+            path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        # PostgreSQL's name for a scalar max, so one SQL text serves both engines.
+        self._db.create_function("greatest", 2, max, deterministic=True)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # A committed transaction survives a crash of any process; only a power loss may
+            # take the last ones back (WAL + NORMAL), which costs no fsync per model call.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        self.transact(self._create_schema)
+
+    def _create_schema(self, tx: Tx) -> None:
+        (version,) = tx.one("PRAGMA user_version") or (0,)
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"{self.path} was written by a newer afr (state schema {version}); upgrade afr"
+            )
+        for statement in _schema("TEXT"):
+            tx.run(statement)
+        tx.run(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def transact(self, body: Callable[[Tx], T]) -> T:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                result = body(_SQLiteTx(self._db))
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+            return result
+
+    def read(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, parameters).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (in the user part or a ``password=`` parameter)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<a URL that does not parse>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hosts = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}{':***' if colon else ''}@{hosts}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = "&".join(
+            f"{quote(k)}={'***' if k.lower().endswith('password') else quote(v)}" for k, v in pairs
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _secrets_of(url: str) -> list[str]:
+    """The password as it may appear in a message: as written and percent-decoded."""
+    found: list[str] = []
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            found += [parts.password, unquote(parts.password)]
+        found += [v for k, v in parse_qsl(parts.query) if k.lower().endswith("password")]
+    except ValueError:
+        pass
+    return [s for s in found if s]
+
+
+class _PostgresTx:
+    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        self._conn = conn
+
+    @staticmethod
+    def _sql(sql: str) -> bytes:
+        # Our statements are constants; psycopg takes %s where they say ?.
+        return sql.replace("?", "%s").encode()
+
+    def one(self, sql: str, parameters: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        return self._conn.execute(self._sql(sql), parameters).fetchone()
+
+    def all(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._conn.execute(self._sql(sql), parameters).fetchall()
+
+    def run(self, sql: str, parameters: Sequence[Any] = ()) -> int:
+        return self._conn.execute(self._sql(sql), parameters).rowcount
+
+    def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        with self._conn.cursor() as cursor:
+            cursor.executemany(self._sql(sql), rows)
+
+
+_CONNECTION_LOST = ("08", "57P")
+"""SQLSTATE classes of a connection that failed or a server that is shutting down."""
+
+
+class PostgresEngine:
+    """A PostgreSQL database shared by every worker replica, on any host.
+
+    Writes are ``SERIALIZABLE`` transactions, run again at once after a serialization
+    failure; a transaction that cannot commit within ``busy_timeout_s`` raises (as SQLite's
+    busy timeout does). A lost connection is opened again on the next call; the call that
+    saw it fail raises ``StateStoreUnavailable`` (whether its commit happened is unknown).
+    """
+
+    def __init__(self, url: str, *, busy_timeout_s: float, connect_timeout_s: float = 10.0) -> None:
+        self.location = redact_url(url)
+        self._url = url
+        self._secrets = _secrets_of(url)
+        self._busy_timeout_s = busy_timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        self.serialization_retries = 0
+        """Transactions run again after a serialization failure, since this engine opened."""
+        self._open_schema()
+
+    def __repr__(self) -> str:
+        return f"PostgresEngine({self.location!r})"
+
+    def _schema_version(self) -> int | None:
+        import psycopg.errors as pg_errors
+
+        try:
+            rows = self.read("SELECT value FROM afr_state_meta WHERE key = 'schema_version'")
+        except pg_errors.UndefinedTable:
+            return None
+        return int(rows[0][0]) if rows else None
+
+    def _open_schema(self) -> None:
+        """Creates the tables once, however many replicas start together. The usual start
+        (the schema is there) is one read. Otherwise: the version table, whose creation a
+        racing replica may win (the loser's DDL fails on the catalogue's unique index and
+        runs again, to find it); then, under a lock on that table that queues the replicas
+        one behind another, the tables, unless the one before did it."""
+        import psycopg.errors as pg_errors
+
+        version = self._schema_version()
+        self._check_version(version)
+        if version == SCHEMA_VERSION:
+            return
+        self._transact(
+            lambda tx: tx.run(
+                'CREATE TABLE IF NOT EXISTS afr_state_meta (key TEXT COLLATE "C" PRIMARY KEY,'
+                " value BIGINT NOT NULL)"
+            ),
+            (pg_errors.UniqueViolation, pg_errors.DuplicateTable, pg_errors.DuplicateObject),
+        )
+        self.transact(self._create_schema)
+
+    def _check_version(self, version: int | None) -> None:
+        if version is not None and version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"{self.location} was written by a newer afr (state schema {version}); upgrade afr"
+            )
+
+    def _create_schema(self, tx: Tx) -> None:
+        # Before any query: a serializable transaction's snapshot is taken at its first
+        # query, so once the lock is ours, this one sees what the replica before it wrote.
+        tx.run("LOCK TABLE afr_state_meta IN SHARE ROW EXCLUSIVE MODE")
+        row = tx.one("SELECT value FROM afr_state_meta WHERE key = 'schema_version'")
+        version = row[0] if row else None
+        self._check_version(version)
+        if version == SCHEMA_VERSION:
+            return
+        for statement in _schema('TEXT COLLATE "C"'):
+            tx.run(statement)
+        tx.run(
+            "INSERT INTO afr_state_meta (key, value) VALUES ('schema_version', ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (SCHEMA_VERSION,),
+        )
+
+    def _scrub(self, message: str) -> str:
+        for secret in self._secrets:
+            message = message.replace(secret, "***")
+        return message
+
+    def _unavailable(self, exc: BaseException) -> StateStoreUnavailable:
+        reason = self._scrub(str(exc).strip()) or type(exc).__name__
+        return StateStoreUnavailable(f"the state store at {self.location} is unavailable: {reason}")
+
+    def _connection(self) -> psycopg.Connection[tuple[Any, ...]]:
+        import psycopg
+
+        if self._conn is not None:
+            if not self._conn.closed and not self._conn.broken:
+                return self._conn
+            self._conn.close()
+            self._conn = None
+        conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        try:
+            conn = psycopg.connect(
+                self._url,
+                autocommit=True,  # reads are single statements; writes open a transaction
+                connect_timeout=max(1, round(self._connect_timeout_s)),
+                application_name="afr-worker",
+            )
+            conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+            # A row lock held by a stuck session fails the write instead of hanging it.
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false)",
+                (f"{round(self._busy_timeout_s * 1000)}ms",),
+            )
+        except psycopg.Error as exc:
+            if conn is not None:
+                conn.close()
+            raise self._unavailable(exc) from None
+        self._conn = conn
+        return conn
+
+    def _lost(self, exc: Exception) -> bool:
+        import psycopg
+
+        if isinstance(exc, psycopg.InterfaceError) or self._conn is None or self._conn.closed:
+            return True
+        state = getattr(exc, "sqlstate", None)
+        return state is None or state.startswith(_CONNECTION_LOST)
+
+    def transact(self, body: Callable[[Tx], T]) -> T:
+        return self._transact(body, ())
+
+    def _transact(self, body: Callable[[Tx], T], also_retry: tuple[type[Exception], ...]) -> T:
+        import psycopg
+        import psycopg.errors as pg_errors
+
+        retry: tuple[type[Exception], ...] = (
+            pg_errors.SerializationFailure,
+            pg_errors.DeadlockDetected,
+            *also_retry,
+        )
+        deadline = time.monotonic() + self._busy_timeout_s
+        with self._lock:
+            while True:
+                conn = self._connection()
+                try:
+                    with conn.transaction():  # BEGIN ISOLATION LEVEL SERIALIZABLE
+                        return body(_PostgresTx(conn))
+                except retry:
+                    if time.monotonic() >= deadline:
+                        raise
+                    self.serialization_retries += 1
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    if self._lost(exc):
+                        raise self._unavailable(exc) from None
+                    raise
+
+    def read(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with self._lock:
+            conn = self._connection()
+            try:
+                return _PostgresTx(conn).all(sql, parameters)
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                if self._lost(exc):
+                    raise self._unavailable(exc) from None
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __del__(self) -> None:
+        # Dropped without close (as a sqlite3 connection may be): end the session quietly.
+        # Nobody else holds the engine by now, so no lock is needed.
+        conn = getattr(self, "_conn", None)
+        if conn is not None and not conn.closed:
+            conn.close()
