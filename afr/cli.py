@@ -212,13 +212,21 @@ def _replay(args: argparse.Namespace) -> int:
 
     from afr.local import WEBHOOK_SECRET_FILE
     from collector.settings import CollectorSettings
+    from replay_worker.settings import WorkerSettings
     from replay_worker.trigger import request_replay, wait_for_job
 
-    secret = os.environ.get("AFR_WORKER_WEBHOOK_SECRET")
+    # As the worker reads it: the environment, then AFR_WORKER_SECRETS_DIR; then the file a
+    # local `afr up` wrote.
+    configured = WorkerSettings().webhook_secret
+    secret = configured.get_secret_value() if configured is not None else ""
     if not secret:
         path = (args.data_dir or CollectorSettings().data_dir) / WEBHOOK_SECRET_FILE
         if not path.exists():
-            print(f"afr replay: no AFR_WORKER_WEBHOOK_SECRET and no {path}", file=sys.stderr)
+            print(
+                f"afr replay: no AFR_WORKER_WEBHOOK_SECRET (nor in AFR_WORKER_SECRETS_DIR)"
+                f" and no {path}",
+                file=sys.stderr,
+            )
             return 2
         secret = path.read_text().strip()
     stubs = dict(item.split("=", 1) for item in args.stub)

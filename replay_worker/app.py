@@ -78,7 +78,7 @@ from replay_worker.openapi import OPENAPI
 from replay_worker.pool import ChildConfig
 from replay_worker.scheduler import ProcessSweepExecutor, SweepScheduler, parse_schedule
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import Clock
+from replay_worker.state import Clock, StateStoreUnavailable
 
 __all__ = ["ReplayWorker", "WorkerThread"]
 
@@ -248,15 +248,15 @@ class ReplayWorker:
 
     async def health(self, request: Request) -> Response:
         failure = self.jobs.failure or self.sweeps.failure
-        report = Health.model_validate(
-            {
-                "ok": failure is None,
-                "error": failure,
-                **await self.jobs.stats(),
-                "sweeps": await self.sweeps.stats(),
-            }
-        )
+        try:
+            figures = {**await self.jobs.stats(), "sweeps": await self.sweeps.stats()}
+        except StateStoreUnavailable as error:  # its message never holds the password
+            failure, figures = str(error), {}
+        report = Health.model_validate({"ok": failure is None, "error": failure, **figures})
         return _answer(report, HTTPStatus.OK if failure is None else status_of(Unhealthy))
+
+    async def _state_store_unavailable(self, request: Request, error: Exception) -> Response:
+        return error_response(error)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(OPENAPI)
@@ -271,7 +271,9 @@ class ReplayWorker:
                 Route("/jobs/{job_id}", self.job, methods=["GET"]),
                 Route("/healthz", self.health, methods=["GET"]),
                 Route("/openapi.json", self.openapi, methods=["GET"]),
-            ]
+            ],
+            # Any route that reaches a state store it cannot reach: 503, said plainly.
+            exception_handlers={StateStoreUnavailable: self._state_store_unavailable},
         )
 
     async def serve(

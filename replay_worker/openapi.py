@@ -47,6 +47,7 @@ from replay_worker.hooks.status import (
     body_of,
     status_of,
 )
+from replay_worker.state_engines import StateStoreUnavailable
 
 __all__ = ["OPENAPI", "OPERATIONS", "Operation", "build_openapi"]
 
@@ -73,7 +74,7 @@ OPERATIONS: Final[dict[str, Operation]] = {
         "post",
         "Replay a stored run (a job)",
         (HTTPStatus.ACCEPTED, JobAccepted, "queued, or the job this webhook id already started"),
-        _SIGNED,
+        (*_SIGNED, StateStoreUnavailable),
         body=ReplayHook,
     ),
     "/hooks/evals": Operation(
@@ -87,7 +88,7 @@ OPERATIONS: Final[dict[str, Operation]] = {
         "post",
         "Queue the sweep of a slot",
         (HTTPStatus.ACCEPTED, SweepAccepted, "queued, or the sweep of that slot already"),
-        (*_SIGNED, NoEvalsDirectory),
+        (*_SIGNED, NoEvalsDirectory, StateStoreUnavailable),
         body=SweepHook,
         body_required=False,
     ),
@@ -95,14 +96,14 @@ OPERATIONS: Final[dict[str, Operation]] = {
         "get",
         "A replay job: state and, when done, verdict or error, cost",
         (HTTPStatus.OK, Job, "the job"),
-        (NotFound,),
+        (NotFound, StateStoreUnavailable),
         path_id="job_id",
     ),
     "/sweeps/{sweep_id}": Operation(
         "get",
         "A sweep: state and, once finished, its summary",
         (HTTPStatus.OK, Sweep, "the sweep"),
-        (NotFound,),
+        (NotFound, StateStoreUnavailable),
         path_id="sweep_id",
     ),
     "/healthz": Operation(

@@ -194,14 +194,15 @@ class Health(BaseModel):
 
     ok: bool
     error: str | None = Field(None, description="why jobs are not being run")
-    day: str
-    day_spent_usd: float
-    day_overrun_usd: float
-    day_budget_usd: float
-    day_model_requests: int
-    jobs: dict[str, int] = Field(description="jobs by state")
-    pool: PoolStats | None = Field(description="null until the pool starts")
-    sweeps: SweepStats
+    # What follows is read from the state store: null while it cannot be reached.
+    day: str | None = None
+    day_spent_usd: float | None = None
+    day_overrun_usd: float | None = None
+    day_budget_usd: float | None = None
+    day_model_requests: int | None = None
+    jobs: dict[str, int] | None = Field(None, description="jobs by state")
+    pool: PoolStats | None = Field(None, description="null until the pool starts")
+    sweeps: SweepStats | None = None
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse
 
 from replay_worker.client import CollectorUnavailable, RunNotFound
 from replay_worker.hooks.models import Error, EvalRefused, Health, dump
+from replay_worker.state_engines import StateStoreUnavailable
 
 __all__ = [
     "BODY_BY_ERROR",
@@ -81,6 +82,7 @@ STATUS_BY_ERROR: Final[Mapping[type[Exception], HTTPStatus]] = {
     BodyTooLarge: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
     NoEval: HTTPStatus.UNPROCESSABLE_ENTITY,
     CollectorUnavailable: HTTPStatus.SERVICE_UNAVAILABLE,
+    StateStoreUnavailable: HTTPStatus.SERVICE_UNAVAILABLE,
     Unhealthy: HTTPStatus.SERVICE_UNAVAILABLE,
 }
 """Every error kind the worker answers with, and its status."""

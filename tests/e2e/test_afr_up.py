@@ -22,7 +22,7 @@ STUB = json.dumps({"status": "refunded"})
 
 @pytest.mark.slow
 def test_afr_up_runs_collector_and_worker_and_afr_replay_uses_them(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data_dir = tmp_path / "data"
     grpc_port, http_port, worker_port = free_port(), free_port(), free_port()
@@ -62,12 +62,39 @@ def test_afr_up_runs_collector_and_worker_and_afr_replay_uses_them(
                     "60",
                 ]
             )
+            first = capsys.readouterr()
+            # As in a container: no data dir of `afr up`, the secret a file of
+            # AFR_WORKER_SECRETS_DIR (what `afr secrets init` writes).
+            secrets_dir = tmp_path / "secrets"
+            secrets_dir.mkdir()
+            secret = (data_dir / "webhook.secret").read_text().strip()
+            (secrets_dir / "AFR_WORKER_WEBHOOK_SECRET").write_text(secret)
+            monkeypatch.setenv("AFR_WORKER_SECRETS_DIR", str(secrets_dir))
+            monkeypatch.delenv("AFR_WORKER_WEBHOOK_SECRET", raising=False)
+            again = main(
+                [
+                    "replay",
+                    trace_id.removeprefix("trace_"),
+                    "--worker",
+                    f"http://127.0.0.1:{worker_port}",
+                    "--data-dir",
+                    str(tmp_path / "elsewhere"),
+                    "--stub",
+                    f"refund_order={STUB}",
+                    "--timeout-s",
+                    "60",
+                ]
+            )
         finally:
             stop_process(process, signal.SIGTERM)
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    job = json.loads(captured.out)
+    assert code == 0, first.err
+    job = json.loads(first.out)
     assert job["result"]["verdict"] == "FAILURE_FIXED"
+    second = capsys.readouterr()
+    assert again == 0, second.err
+    # Accepted (signed with the secret from the directory) and run: the scripted model's
+    # answers are spent by the first replay, so its verdict is not the point here.
+    assert json.loads(second.out)["state"] == "succeeded"
     assert process.returncode == 0, "afr up shuts down cleanly on SIGTERM"
     for name in (
         "local-project.key",

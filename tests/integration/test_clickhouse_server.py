@@ -17,6 +17,7 @@ import pytest
 from collector.server import CollectorThread
 from collector.settings import CollectorSettings
 from collector.store.client import ClickHouseStore
+from collector.store.schema import MIGRATIONS
 from tests.integration.conftest import Running
 from tests.integration.test_collector_ingest import TRACE, _grpc_export, _request, _span
 
@@ -49,7 +50,7 @@ def test_collector_on_a_clickhouse_server(tmp_path: Path) -> None:
             data_dir=tmp_path, clickhouse_url=dsn, grpc_port=0, http_port=0
         )
         store = ClickHouseStore(dsn, settings.database)
-        assert store.migrate() == [1]
+        assert store.migrate() == [m.version for m in MIGRATIONS]
         assert store.migrate() == [], "migrations apply once"
         with CollectorThread(settings) as collector:
             key = collector.keys.create("shop")

@@ -104,11 +104,12 @@ def build_processor(
 
     from afr_exporter.convert import SpanConverter
     from afr_exporter.processor import AfrTracingProcessor
+    from afr_exporter.semconv import AFR_EXPORTER_VERSION
     from afr_exporter.settings import ExporterSettings
 
     settings = settings or ExporterSettings()
     attributes: dict[str, Any] = {
-        "afr.exporter.version": __version__,
+        AFR_EXPORTER_VERSION: __version__,
         **(resource_attributes or {}),
     }
     if settings.service_name:
