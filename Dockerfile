@@ -45,7 +45,8 @@ ENV AFR_DATA_DIR=/var/lib/afr/collector \
     AFR_WORKER_HOST=0.0.0.0 \
     AFR_WORKER_DATA_DIR=/var/lib/afr/worker
 EXPOSE 4317 4318 8787
-# The collector's /healthz (503 with the reasons when inserts fail or a thread stopped).
+# The collector's readiness (/healthz?probe=ready: 503 with the reasons when a thread
+# stopped or the write-ahead log is near its bound).
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
-  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('AFR_HTTP_PORT', '4318'), timeout=4)"]
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz?probe=ready' % os.environ.get('AFR_HTTP_PORT', '4318'), timeout=4)"]
 CMD ["afr", "up", "--no-worker"]

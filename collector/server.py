@@ -40,6 +40,9 @@ __all__ = ["Collector", "CollectorThread", "default_processors", "tune_gc_for_in
 
 logger = logging.getLogger("afr.collector")
 
+READY_WAL_FRACTION = 0.9
+"""``/healthz?probe=ready`` turns 503 when the log holds this much of ``wal_max_bytes``."""
+
 _GC_GEN0_THRESHOLD = 50_000
 
 
@@ -136,6 +139,12 @@ class Collector:
         found = []
         if not self.writer.healthy:
             found.append(f"store inserts failing ({self.writer.last_error or 'unknown'})")
+        return found + self.broken()
+
+    def broken(self) -> list[str]:
+        """What only a restart mends: a thread of the collector that stopped. A store that
+        fails is not that (the log holds what it acknowledges until the store is back)."""
+        found = []
         if not self.writer.alive:
             found.append("the writer thread stopped")
         if not self.wal.alive:
@@ -143,6 +152,14 @@ class Collector:
         if self.pipeline.failure:
             found.append(self.pipeline.failure)
         return found
+
+    def full(self) -> list[str]:
+        """The log near its bound: new exports are about to be refused (RESOURCE_EXHAUSTED,
+        503), so another replica should take them."""
+        held, bound = self.wal.unreleased_bytes, self.settings.wal_max_bytes
+        if held >= bound * READY_WAL_FRACTION:
+            return [f"write-ahead log holds {held} of {bound} bytes: the store is not keeping up"]
+        return []
 
     def http_app(self) -> Starlette:
         runs = RunsApi(
@@ -157,6 +174,18 @@ class Collector:
             return JSONResponse(OPENAPI)
 
         async def health(request: Request) -> Response:
+            probe = request.query_params.get("probe")
+            if probe in ("live", "ready"):
+                # live: what a restart mends; ready: can this replica take exports now.
+                problems = self.broken() + (self.full() if probe == "ready" else [])
+                return JSONResponse(
+                    {"status": "unhealthy" if problems else "ok", "problems": problems},
+                    status_code=503 if problems else 200,
+                )
+            if probe is not None:
+                return JSONResponse(
+                    {"error": f"probe: {probe!r} is not 'live' or 'ready'"}, status_code=400
+                )
             problems = self.problems()
             body: dict[str, Any] = {
                 "status": "unhealthy" if problems else "ok",

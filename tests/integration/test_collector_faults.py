@@ -278,3 +278,53 @@ def test_an_unexpected_error_is_logged_without_its_content(
     )
     assert "unexpected RuntimeError" in logged
     assert "4111" not in logged and "span content" not in logged
+
+
+def _probe(running: Running, probe: str) -> tuple[int, list[str]]:
+    answer = httpx.get(running.http_url + "/healthz", params={"probe": probe})
+    return answer.status_code, answer.json().get("problems", [answer.json().get("error")])
+
+
+def test_probes_keep_a_replica_live_and_ready_through_a_store_outage_until_its_log_fills(
+    tmp_path: Path,
+) -> None:
+    """A ClickHouse outage is every replica's: restarting or unreadying them all for it would
+    throw away the log that is there to ride it out. Ready ends only when the log is near its
+    bound (exports are about to be refused); live only when a thread stopped."""
+    thread, running = start_collector(tmp_path / "data", wal_max_bytes=1024 * 1024)
+    try:
+        running.store.failing = True
+        blob = "z" * (30 * 1024)  # small steps: one lands between 90% and the bound
+        assert _send(running, "first", 1) == grpc.StatusCode.OK
+        assert not running.collector.flush(), "nothing can be inserted while the store fails"
+        assert _health(running)[0] == 503, "the whole picture says the store is failing"
+        assert _probe(running, "live") == (200, [])
+        assert _probe(running, "ready") == (200, [])
+        sent = 1
+        while running.collector.wal.unreleased_bytes < 0.9 * 1024 * 1024:
+            sent += 1
+            request = _request(
+                _span(TRACE, sent.to_bytes(8, "big"), f"s{sent}"), big_attribute=blob
+            )
+            held = running.collector.wal.unreleased_bytes
+            assert _grpc_export(running, request)[0] == grpc.StatusCode.OK, held
+        status, problems = _probe(running, "ready")
+        assert status == 503 and "write-ahead log holds" in problems[0], problems
+        assert _probe(running, "live") == (200, [])
+        running.store.failing = False
+        assert running.collector.flush()
+        assert _probe(running, "ready") == (200, [])
+        assert len(_names(running)) == sent, "everything the log held went in"
+        assert _probe(running, "nonsense")[0] == 400
+    finally:
+        thread.stop()
+
+
+def test_a_stopped_thread_fails_the_liveness_probe(running: Running) -> None:
+    running.collector.pipeline.failure = "the ingest pool cannot start (a test says so)"
+    try:
+        status, problems = _probe(running, "live")
+        assert (status, problems) == (503, ["the ingest pool cannot start (a test says so)"])
+        assert _probe(running, "ready")[0] == 503
+    finally:
+        running.collector.pipeline.failure = ""
