@@ -135,7 +135,10 @@ def run_demo(data_dir: Path = DEMO_DATA_DIR) -> int:
         f"   .venv/bin/afr grafana push --data-dir {data_dir}   (datasource + 4 dashboards; "
         "token in AFR_GRAFANA_TOKEN)"
     )
-    print("not built yet: deploy/ manifests (see the open issues)")
+    print(
+        "deploy: docker compose -f deploy/compose/compose.yaml up -d --build (one machine);"
+        " deploy/kubernetes/ and `afr schema --cluster NAME` for more (README: Deploy)"
+    )
     return 0
 
 
