@@ -18,7 +18,8 @@ COPY pyproject.toml README.md ./
 COPY afr afr
 COPY collector collector
 COPY replay_worker replay_worker
-# Both distributions and every dependency, as wheels. Naming ./exporter satisfies the
+# Both distributions and every dependency, as wheels; not the `embedded` extra (chDB, ~830
+# MB): the image runs on a ClickHouse server. Naming ./exporter satisfies the
 # server's afr-exporter==0.1.0 with this checkout's, never with a package index's.
 RUN pip wheel --wheel-dir /wheels ./exporter .
 

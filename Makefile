@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml exporter/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ./exporter
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -694,8 +694,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from collector.store.client import EmbeddedStoreMissing
+
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except EmbeddedStoreMissing as error:  # an install without the extra: say what to do
+        print(f"afr: {error}", file=sys.stderr)
+        return 2
     return code
 
 

@@ -24,7 +24,11 @@ from collector.store.schema import (
     migrations,
 )
 
-__all__ = ["ClickHouseStore", "SpanStore"]
+__all__ = ["ClickHouseStore", "EmbeddedStoreMissing", "SpanStore"]
+
+
+class EmbeddedStoreMissing(RuntimeError):
+    """chDB is an extra (``afr-server[embedded]``): the image runs on a ClickHouse server."""
 
 
 class SpanStore(Protocol):
@@ -54,6 +58,14 @@ class ClickHouseStore:
         22): the session gets ``CLUSTER_SESSION_SETTINGS`` and ``migrate`` only checks."""
         import clickhouse_connect
 
+        if dsn.startswith("chdb:"):
+            try:
+                import chdb  # noqa: F401  (clickhouse-connect's chdb client imports it)
+            except ImportError:
+                raise EmbeddedStoreMissing(
+                    "the embedded store needs chDB: pip install 'afr-server[embedded]',"
+                    " or set AFR_CLICKHOUSE_URL to a ClickHouse server"
+                ) from None
         self.database = database
         self._dsn = dsn
         self._lock = threading.Lock()
