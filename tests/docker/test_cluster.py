@@ -14,8 +14,6 @@ embedded engine.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,22 +30,13 @@ from collector.server import CollectorThread
 from collector.settings import CollectorSettings
 from collector.store.client import ClickHouseStore
 from collector.store.cluster import ClusterSchemaError, remote_servers_config
-
-
-def _docker_available() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0  # noqa: S607
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
+from tests.docker_engine import docker_available
 
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.slow,
     pytest.mark.skipif(
-        os.environ.get("AFR_SKIP_DOCKER") == "1" or not _docker_available(),
+        not docker_available(),
         reason="needs a Docker engine to run a ClickHouse cluster (2 clickhouse/clickhouse-server "
         "shards, 1 clickhouse/clickhouse-keeper); none runs here. The embedded engine checks "
         "the cluster schema in tests/unit/collector/test_cluster_schema.py",

@@ -6,9 +6,6 @@ same code everywhere else; this proves the server path through the same client.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import grpc
@@ -18,23 +15,14 @@ from collector.server import CollectorThread
 from collector.settings import CollectorSettings
 from collector.store.client import ClickHouseStore
 from collector.store.schema import MIGRATIONS
+from tests.docker_engine import docker_available
 from tests.integration.conftest import Running
 from tests.integration.test_collector_ingest import TRACE, _grpc_export, _request, _span
-
-
-def _docker_available() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0  # noqa: S607
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
 
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.skipif(
-        os.environ.get("AFR_SKIP_DOCKER") == "1" or not _docker_available(),
+        not docker_available(),
         reason="needs a Docker engine to run clickhouse/clickhouse-server; none runs here",
     ),
 ]

@@ -12,8 +12,6 @@ the plugin's frontend in a browser) are applied here first, as the dashboard wou
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,24 +32,15 @@ from afr.grafana.interpolate import (
     resolve_variables,
 )
 from afr.grafana.panels import DATASOURCE_UID, PLUGIN_ID
+from tests.docker_engine import docker_available
 from tests.integration.conftest import Running, start_collector
 from tests.integration.grafana_world import Seeded, seed
-
-
-def _docker_available() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=10).returncode == 0  # noqa: S607
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
 
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.slow,
     pytest.mark.skipif(
-        os.environ.get("AFR_SKIP_DOCKER") == "1" or not _docker_available(),
+        not docker_available(),
         reason="needs a Docker engine to run grafana/grafana and clickhouse/clickhouse-server; "
         "none runs here",
     ),
