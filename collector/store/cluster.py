@@ -296,7 +296,10 @@ def remote_servers_config(
         return (
             "<clickhouse>\n"
             "    <remote_servers>\n"
-            f"        <{cluster}>\n{shards}        </{cluster}>\n"
+            f"        <{cluster}>\n"
+            "            <!-- the same <secret>…</secret> on every node: shards then run a\n"
+            "                 query as the user who sent it, not as `default` -->\n"
+            f"{shards}        </{cluster}>\n"
             "    </remote_servers>\n"
             f"    <!-- per node: its shard (1..{len(hosts)}) and a replica name unique in it -->\n"
             f"    <macros><shard>1</shard><replica>{first}</replica></macros>\n"
@@ -313,7 +316,10 @@ def remote_servers_config(
         )
         return (
             "remote_servers:\n"
-            f"  {cluster}:\n    shard:\n{shards}"
+            f"  {cluster}:\n"
+            "    # the same `secret:` on every node: shards then run a query as the user who\n"
+            "    # sent it, not as `default`\n"
+            f"    shard:\n{shards}"
             f"# per node: its shard (1..{len(hosts)}) and a replica name unique in it\n"
             f"macros:\n  shard: 1\n  replica: {first}\n"
             "zookeeper:\n  node:\n    - host: keeper\n      port: 9181\n"

@@ -162,7 +162,9 @@ def test_grafana_is_given_exactly_the_variables_its_provisioning_reads() -> None
     assert entrypoint.rstrip().endswith("exec /run.sh"), "the image's own entrypoint runs"
     assert given | {"AFR_CLICKHOUSE_PASSWORD"} == referenced
     assert _environment(grafana)["AFR_CLICKHOUSE_USER"] == CLICKHOUSE_READER
-    assert "grafana-clickhouse-datasource" in _environment(grafana)["GF_INSTALL_PLUGINS"]
+    environment = _environment(grafana)
+    assert "grafana-clickhouse-datasource" in environment["GF_PLUGINS_PREINSTALL_SYNC"]
+    assert "GF_INSTALL_PLUGINS" not in environment, "deprecated since Grafana 12.1"
     # the provisioning directory, and the dashboards where its file provider looks
     mounts = {m.source: m.target for m in _mounts(grafana)}
     assert mounts["../grafana/provisioning"] == "/etc/grafana/provisioning"

@@ -145,8 +145,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         .with_network_aliases("clickhouse") as clickhouse,
         DockerContainer(GRAFANA_IMAGE)
         .with_network(network)
-        .with_env("GF_PLUGINS_PREINSTALL", PLUGIN_ID)
-        .with_env("GF_INSTALL_PLUGINS", PLUGIN_ID)
+        .with_env("GF_PLUGINS_PREINSTALL_SYNC", PLUGIN_ID)
         .with_env("GF_SECURITY_ADMIN_PASSWORD", ADMIN[1])
         .with_exposed_ports(3000) as grafana,
     ):
