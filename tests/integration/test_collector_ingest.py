@@ -446,6 +446,7 @@ def test_a_request_larger_than_the_whole_log_is_refused_for_good(
                 running.http_url + "/v1/traces",
                 content=request.SerializeToString(),
                 headers={**running.headers(), "content-type": "application/x-protobuf"},
+                timeout=60,  # 1.2 MB through the pipeline: seconds on a loaded machine
             )
             assert answer.status_code == 413
             assert "retry-after" not in answer.headers
@@ -459,6 +460,7 @@ def test_a_request_larger_than_the_whole_log_is_refused_for_good(
                     running.http_url + "/v1/traces",
                     content=small.SerializeToString(),
                     headers={**running.headers(), "content-type": "application/x-protobuf"},
+                    timeout=60,
                 ).status_code
                 == 200
             )
