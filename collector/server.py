@@ -36,7 +36,13 @@ from collector.store.reader import RunReader
 from collector.store.wal import WriteAheadLog
 from collector.store.writer import BatchWriter
 
-__all__ = ["Collector", "CollectorThread", "default_processors", "tune_gc_for_ingest"]
+__all__ = [
+    "Collector",
+    "CollectorThread",
+    "build_store",
+    "default_processors",
+    "tune_gc_for_ingest",
+]
 
 logger = logging.getLogger("afr.collector")
 
@@ -70,6 +76,22 @@ def default_processors(settings: CollectorSettings) -> list[tuple[str, Processor
     return processors
 
 
+def build_store(settings: CollectorSettings) -> ClickHouseStore:
+    """The store the settings describe, migrated (or, on a cluster, checked) and with the
+    model prices set: what a collector given no store uses, and what wrappers wrap."""
+    store = ClickHouseStore(
+        settings.store_dsn,
+        settings.database,
+        ttl_days=settings.ttl_days,
+        max_partitions_per_insert=settings.max_partitions_per_insert,
+        fsync_parts=settings.store_fsync,
+        cluster=settings.clickhouse_cluster,
+    )
+    store.migrate()
+    store.set_model_prices(settings.model_prices)
+    return store
+
+
 class Collector:
     def __init__(
         self,
@@ -81,17 +103,7 @@ class Collector:
         self.settings = settings
         settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         if store is None:
-            clickhouse = ClickHouseStore(
-                settings.store_dsn,
-                settings.database,
-                ttl_days=settings.ttl_days,
-                max_partitions_per_insert=settings.max_partitions_per_insert,
-                fsync_parts=settings.store_fsync,
-                cluster=settings.clickhouse_cluster,
-            )
-            clickhouse.migrate()
-            clickhouse.set_model_prices(settings.model_prices)
-            store = clickhouse
+            store = build_store(settings)
         self.store = store
         self.keys = KeyStore(settings.keys_path)
         self.auth = Authenticator(self.keys if settings.auth_enabled else None)

@@ -28,9 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", type=Path, required=True, help="where FaultStatus goes")
     args = parser.parse_args(argv)
 
-    from collector.server import Collector, tune_gc_for_ingest
+    from collector.server import Collector, build_store, tune_gc_for_ingest
     from collector.settings import CollectorSettings
-    from collector.store.client import ClickHouseStore
     from testbed.faults import FaultyStore
 
     tune_gc_for_ingest()
@@ -43,17 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
     async def serve() -> None:
         settings.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # What Collector builds when it is given no store (collector/server.py), wrapped.
-        real = ClickHouseStore(
-            settings.store_dsn,
-            settings.database,
-            ttl_days=settings.ttl_days,
-            max_partitions_per_insert=settings.max_partitions_per_insert,
-            fsync_parts=settings.store_fsync,
-        )
-        real.migrate()
-        real.set_model_prices(settings.model_prices)
-        store = FaultyStore(real, args.control, args.status)
+        # What Collector builds when it is given no store, wrapped.
+        store = FaultyStore(build_store(settings), args.control, args.status)
         collector = Collector(settings, store=store)
         await collector.start()
         print(f"afr collector up (store {settings.store_dsn}, faults from {args.control})")
