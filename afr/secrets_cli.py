@@ -107,7 +107,8 @@ def _ensure(directory: Path, name: str, make: Callable[[], str], seed: Path | No
     collector generated before there was a secrets directory) or a new one. True: created."""
     path = directory / name
     if _read(path) is not None:
-        path.chmod(0o600)
+        if path.stat().st_mode & 0o077:  # never chmod what is right: it may be read-only
+            path.chmod(0o600)
         return False
     _write(path, (_read(seed) if seed is not None else None) or make())
     return True

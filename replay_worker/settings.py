@@ -126,7 +126,7 @@ class WorkerSettings(BaseSettings):
         if value is None or not value.get_secret_value().strip():
             return None  # AFR_WORKER_STATE_URL= (empty): the SQLite file
         url = value.get_secret_value().strip()
-        if urlsplit(url).scheme not in POSTGRES_SCHEMES:
+        if urlsplit(url).scheme.lower() not in POSTGRES_SCHEMES:
             raise ValueError(
                 f"AFR_WORKER_STATE_URL must be a postgresql:// URL, not {redact_url(url)!r}"
             )

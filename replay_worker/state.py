@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 from replay_worker.state_engines import (
     POSTGRES_SCHEMES,
@@ -293,7 +294,8 @@ class StateStore:
     ) -> None:
         self._max_jobs_kept = max_jobs_kept
         self._engine: Engine
-        if isinstance(where, str) and where.split(":", 1)[0] in POSTGRES_SCHEMES:
+        # As the settings check it: URL schemes are case-insensitive ("PostgreSQL://" too).
+        if isinstance(where, str) and urlsplit(where).scheme.lower() in POSTGRES_SCHEMES:
             self._engine = PostgresEngine(where, busy_timeout_s=busy_timeout_s)
             self.path: Path | None = None
         else:

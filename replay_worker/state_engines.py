@@ -20,9 +20,11 @@ returns what it found, it keeps no other state.
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -188,7 +190,17 @@ class SQLiteEngine:
         self._db.create_function("greatest", 2, max, deterministic=True)
         self._lock = threading.Lock()
         with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
+            # Switching a new file to WAL can answer "database is locked" at once, without
+            # the busy handler, while another process switches it: retried to the timeout.
+            deadline = time.monotonic() + busy_timeout_s
+            while True:
+                try:
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(random.uniform(0.001, 0.02))
             # A committed transaction survives a crash of any process; only a power loss may
             # take the last ones back (WAL + NORMAL), which costs no fsync per model call.
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -209,10 +221,11 @@ class SQLiteEngine:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 result = body(_SQLiteTx(self._db))
+                self._db.execute("COMMIT")  # a COMMIT that fails (disk full) rolls back too
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite may have rolled back already
+                    self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
             return result
 
     def read(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -297,6 +310,8 @@ class PostgresEngine:
     """
 
     def __init__(self, url: str, *, busy_timeout_s: float, connect_timeout_s: float = 10.0) -> None:
+        scheme = urlsplit(url).scheme
+        url = scheme.lower() + url[len(scheme) :]  # libpq takes only lower-case schemes
         self.location = redact_url(url)
         self._url = url
         self._secrets = _secrets_of(url)
@@ -304,6 +319,10 @@ class PostgresEngine:
         self._connect_timeout_s = connect_timeout_s
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[tuple[Any, ...]] | None = None
+        # Closes the session of an engine dropped without close(): a weakref callback runs
+        # before the connection's own finalizer even when both are garbage in one cycle
+        # (a __del__ here could run after the connection's, which warns it was left open).
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self.serialization_retries = 0
         """Transactions run again after a serialization failure, since this engine opened."""
         self._open_schema()
@@ -369,6 +388,14 @@ class PostgresEngine:
             message = message.replace(secret, "***")
         return message
 
+    def _busy(self, exc: BaseException) -> StateStoreUnavailable:
+        """Contention that outlasted ``busy_timeout_s``: as unavailable (503), said why."""
+        reason = self._scrub(str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+        return StateStoreUnavailable(
+            f"the state store at {self.location} is busy: a write could not complete in"
+            f" {self._busy_timeout_s:g} s ({reason or type(exc).__name__})"
+        )
+
     def _unavailable(self, exc: BaseException) -> StateStoreUnavailable:
         reason = self._scrub(str(exc).strip()) or type(exc).__name__
         return StateStoreUnavailable(f"the state store at {self.location} is unavailable: {reason}")
@@ -379,8 +406,7 @@ class PostgresEngine:
         if self._conn is not None:
             if not self._conn.closed and not self._conn.broken:
                 return self._conn
-            self._conn.close()
-            self._conn = None
+            self._drop_connection()
         conn: psycopg.Connection[tuple[Any, ...]] | None = None
         try:
             conn = psycopg.connect(
@@ -400,7 +426,16 @@ class PostgresEngine:
                 conn.close()
             raise self._unavailable(exc) from None
         self._conn = conn
+        self._finalizer = weakref.finalize(self, conn.close)
         return conn
+
+    def _drop_connection(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()  # closes the connection, once
+            self._finalizer = None
+        elif self._conn is not None:
+            self._conn.close()
+        self._conn = None
 
     def _lost(self, exc: Exception) -> bool:
         import psycopg
@@ -423,42 +458,49 @@ class PostgresEngine:
             *also_retry,
         )
         deadline = time.monotonic() + self._busy_timeout_s
+        reconnected = False
         with self._lock:
             while True:
                 conn = self._connection()
+                committing = False
                 try:
                     with conn.transaction():  # BEGIN ISOLATION LEVEL SERIALIZABLE
-                        return body(_PostgresTx(conn))
-                except retry:
+                        result = body(_PostgresTx(conn))
+                        committing = True  # leaving the block sends COMMIT
+                    return result
+                except retry as exc:
                     if time.monotonic() >= deadline:
-                        raise
+                        raise self._busy(exc) from None
                     self.serialization_retries += 1
+                    # Jittered, growing pause: contenders that abort each other spread out.
+                    time.sleep(random.uniform(0, min(0.05, 0.001 * 2**self.serialization_retries)))
+                except pg_errors.LockNotAvailable as exc:  # lock_timeout: a stuck session
+                    raise self._busy(exc) from None
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                    if self._lost(exc):
+                    if not self._lost(exc):
+                        raise
+                    if committing or reconnected:
+                        # Lost at COMMIT, its outcome unknown; or lost again right away.
                         raise self._unavailable(exc) from None
-                    raise
+                    # Lost before COMMIT (a connection the server closed while idle, say):
+                    # nothing was committed, so the transaction runs again, once, anew.
+                    reconnected = True
 
     def read(self, sql: str, parameters: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         import psycopg
 
         with self._lock:
-            conn = self._connection()
-            try:
-                return _PostgresTx(conn).all(sql, parameters)
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                if self._lost(exc):
-                    raise self._unavailable(exc) from None
-                raise
+            for attempt in (1, 2):  # a read on a connection lost while idle runs again, once
+                conn = self._connection()
+                try:
+                    return _PostgresTx(conn).all(sql, parameters)
+                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                    if not self._lost(exc):
+                        raise
+                    if attempt == 2:
+                        raise self._unavailable(exc) from None
+            raise AssertionError("unreachable")
 
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-    def __del__(self) -> None:
-        # Dropped without close (as a sqlite3 connection may be): end the session quietly.
-        # Nobody else holds the engine by now, so no lock is needed.
-        conn = getattr(self, "_conn", None)
-        if conn is not None and not conn.closed:
-            conn.close()
+            self._drop_connection()

@@ -77,7 +77,9 @@ CLUSTER_SESSION_SETTINGS: Mapping[str, Any] = {
 outside the collector (Grafana's user) need ``distributed_product_mode`` in their profile."""
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_CLUSTER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# Also an XML element of the server's config (remote_servers): no leading digit, no "."
+# (ClickHouse reads "." in a config key as a path separator).
+_CLUSTER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _CREATE_TABLE = re.compile(r"\s*CREATE TABLE IF NOT EXISTS \{db\}\.(\w+)")
 _ENGINE = re.compile(r"ENGINE = (\w+)(?:\(([^)]*)\))?")
 _CREATE_MV = re.compile(

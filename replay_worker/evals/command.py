@@ -82,7 +82,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     every shard once; ``0/N`` and ``N/N`` are the same shard."""
     index, slash, count = text.partition("/")
     if not slash or not index.isdigit() or not count.isdigit():
-        raise ValueError(f"--shard {text!r}: expected I/N, e.g. 2/4 (or 0/4 for the first)")
+        raise ValueError(f"--shard {text!r}: expected I/N, e.g. 2/4 (I from 1 to N, or 0 to N-1)")
     shard_index, shards = int(index), int(count)
     if shards < 1 or not 0 <= shard_index <= shards:
         raise ValueError(f"--shard {text!r}: need N >= 1 and 0 <= I <= N")

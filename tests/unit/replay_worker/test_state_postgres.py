@@ -63,20 +63,47 @@ def _terminate_sessions(server: PostgresServer, database: str) -> None:
         )
 
 
-def test_a_lost_connection_fails_one_call_and_the_next_reconnects(
+def _close_database(server: PostgresServer, database: str, closed: bool) -> None:
+    with psycopg.connect(server.url(), autocommit=True) as admin:
+        admin.execute(
+            f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS {str(not closed).lower()}'
+        )
+
+
+def test_a_connection_lost_while_idle_is_replaced_and_the_call_runs_once(
+    postgres_server: PostgresServer,
+) -> None:
+    """A server restart (or a proxy's idle timeout) kills the idle session: nothing was
+    committed on it, so the next read and the next transaction reconnect and run, once."""
+    url = postgres_server.create_database()
+    database = url.rsplit("/", 1)[1]
+    store = StateStore(url)
+    store.submit("msg_1", "job_1", "a" * 32, None, {}, T0)
+    _terminate_sessions(postgres_server, database)
+    job = store.get("job_1")  # a read
+    assert job is not None and job.state == "queued"
+    _terminate_sessions(postgres_server, database)
+    claimed = store.claim(ME, T0, lease_s=30)  # a transaction
+    assert claimed is not None and claimed.attempts == 1, "it ran once"
+    assert store.claim(ME, T0, lease_s=30) is None
+
+
+def test_a_server_that_stays_away_fails_each_call_and_the_store_heals_after(
     postgres_server: PostgresServer,
 ) -> None:
     url = postgres_server.create_database()
+    database = url.rsplit("/", 1)[1]
     store = StateStore(url)
     store.submit("msg_1", "job_1", "a" * 32, None, {}, T0)
-    _terminate_sessions(postgres_server, url.rsplit("/", 1)[1])  # a server restart, say
-    with pytest.raises(StateStoreUnavailable, match=r"afr_test:\*\*\*@"):
-        store.get("job_1")
-    job = store.get("job_1")
-    assert job is not None and job.state == "queued"
-    _terminate_sessions(postgres_server, url.rsplit("/", 1)[1])
-    with pytest.raises(StateStoreUnavailable):
-        store.claim(ME, T0, lease_s=30)
+    _close_database(postgres_server, database, True)
+    try:
+        _terminate_sessions(postgres_server, database)
+        with pytest.raises(StateStoreUnavailable, match=r"afr_test:\*\*\*@"):
+            store.get("job_1")
+        with pytest.raises(StateStoreUnavailable):
+            store.claim(ME, T0, lease_s=30)
+    finally:
+        _close_database(postgres_server, database, False)
     claimed = store.claim(ME, T0, lease_s=30)
     assert claimed is not None and claimed.attempts == 1, "the failed call changed nothing"
 
@@ -122,3 +149,21 @@ def test_the_settings_choose_the_engine_and_never_show_the_password(
     with pytest.raises(ValidationError, match="must be a postgresql:// URL") as caught:
         WorkerSettings()
     _assert_no_password(str(caught.value))
+
+
+def test_a_scheme_in_capitals_is_still_postgresql_and_never_a_file(
+    postgres_server: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read as a path, "PostgreSQL://u:pw@host/db" made a SQLite file whose directory names
+    held the password, and a private state per replica."""
+    monkeypatch.chdir(tmp_path)
+    url = postgres_server.create_database()
+    shouting = "PostgreSQL" + url[url.index(":") :]
+    store = StateStore(shouting)
+    try:
+        store.submit("msg_1", "job_1", "a" * 32, None, {}, T0)
+        assert StateStore(url).get("job_1") is not None, "the same database"
+        assert "***@" in store.location
+        assert not list(tmp_path.iterdir()), "nothing written as a file"
+    finally:
+        store.close()
