@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -133,8 +134,17 @@ def test_the_writer_loop_survives_an_unexpected_error(running: Running) -> None:
 
     writer.flush = flaky_flush  # type: ignore[method-assign]
     assert _send(running, "later", 1) == grpc.StatusCode.OK
-    # The loop meets the error, backs off, and inserts on its own: no flush from the test.
-    running.run(TRACE.hex(), timeout_s=20)
+    # The loop meets the error, backs off, and inserts on its own: nothing here flushes
+    # (Running.run would flush from this thread and could store it before the loop ran).
+    deadline = time.monotonic() + 30
+    while True:
+        response = running.api(f"/api/v1/runs/{TRACE.hex()}")
+        if response.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert response.status_code == 200, response.text
+    assert {span["name"] for span in response.json()["spans"]} == {"later"}
+    assert calls["n"] >= 2, "the loop itself inserted, after the error"
     assert writer.loop_errors == 1
     assert writer.alive
 
