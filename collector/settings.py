@@ -6,13 +6,9 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SecretsSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic_settings import SettingsConfigDict
 
+from afr.settings_sources import SecretsDirSettings
 from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK, UNLISTED_MODEL
 
 __all__ = ["SQL_DEFAULT_PORT", "CollectorSettings"]
@@ -22,7 +18,7 @@ SQL_DEFAULT_PORT = 8123
 """ClickHouse's HTTP port: what Grafana's ClickHouse datasource and clients expect."""
 
 
-class CollectorSettings(BaseSettings):
+class CollectorSettings(SecretsDirSettings):
     model_config = SettingsConfigDict(env_prefix="AFR_", extra="ignore")
 
     data_dir: Path = Path(".afr/data")
@@ -159,29 +155,6 @@ class CollectorSettings(BaseSettings):
             raise ValueError("AFR_CLICKHOUSE_URL must start with http://, https:// or chdb://")
         return value
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (
-            init_settings,
-            env_settings,
-            dotenv_settings,
-            _secret_files(settings_cls, init_settings, env_settings),
-        )
-
-    @field_validator("secrets_dir")
-    @classmethod
-    def _check_secrets_dir(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_dir():
-            raise ValueError(f"AFR_SECRETS_DIR: {value} is not a directory")
-        return value
-
     @property
     def store_dsn(self) -> str:
         if self.clickhouse_url:
@@ -215,21 +188,6 @@ class CollectorSettings(BaseSettings):
     @property
     def keys_path(self) -> Path:
         return self.data_dir / "keys.sqlite"
-
-
-def _secret_files(
-    settings_cls: type[BaseSettings],
-    init_settings: PydanticBaseSettingsSource,
-    env_settings: PydanticBaseSettingsSource,
-) -> PydanticBaseSettingsSource:
-    """The files of ``secrets_dir`` (given as a keyword or in the environment) as a source
-    read after the environment; none when it is unset or not a directory (the field's
-    validator then says so)."""
-    directory = init_settings().get("secrets_dir") or env_settings().get("secrets_dir")
-    found = Path(directory) if directory else None
-    return SecretsSettingsSource(
-        settings_cls, secrets_dir=found if found is not None and found.is_dir() else None
-    )
 
 
 def _with_password(url: str, password: SecretStr | None) -> str:

@@ -8,20 +8,16 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SecretsSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic_settings import SettingsConfigDict
 
+from afr.settings_sources import SecretsDirSettings
 from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
 from replay_worker.state_engines import POSTGRES_SCHEMES, redact_url
 
 __all__ = ["DEFAULT_PRICES_PER_MTOK", "WorkerSettings"]
 
 
-class WorkerSettings(BaseSettings):
+class WorkerSettings(SecretsDirSettings):
     # populate_by_name: fields with an env alias (the AFR_SWEEP_* names) still take keywords.
     # hide_input_in_errors: a value that fails validation may be a secret (the state URL's
     # password, a key); the error names the field and the reason, never the value.
@@ -139,29 +135,6 @@ class WorkerSettings(BaseSettings):
         parse_schedule(self.sweep_cron, self.sweep_tz)  # fail at start-up, with the reason
         return self
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (
-            init_settings,
-            env_settings,
-            dotenv_settings,
-            _secret_files(settings_cls, init_settings, env_settings),
-        )
-
-    @field_validator("secrets_dir")
-    @classmethod
-    def _check_secrets_dir(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_dir():
-            raise ValueError(f"AFR_WORKER_SECRETS_DIR: {value} is not a directory")
-        return value
-
     @property
     def state_path(self) -> Path:
         """The SQLite file used when ``state_url`` is unset."""
@@ -179,18 +152,3 @@ class WorkerSettings(BaseSettings):
 def _env_secret(name: str) -> SecretStr | None:
     value = os.environ.get(name)
     return SecretStr(value) if value else None
-
-
-def _secret_files(
-    settings_cls: type[BaseSettings],
-    init_settings: PydanticBaseSettingsSource,
-    env_settings: PydanticBaseSettingsSource,
-) -> PydanticBaseSettingsSource:
-    """The files of ``secrets_dir`` (a keyword or the environment) as a source read after
-    the environment, as the collector's settings do; none when it is unset or not a
-    directory (the field's validator then says so)."""
-    directory = init_settings().get("secrets_dir") or env_settings().get("secrets_dir")
-    found = Path(directory) if directory else None
-    return SecretsSettingsSource(
-        settings_cls, secrets_dir=found if found is not None and found.is_dir() else None
-    )
