@@ -87,7 +87,7 @@ def _up(args: argparse.Namespace) -> int:
             worker, worker_server, worker_task, worker_port = await _start_worker(
                 settings, collector
             )
-        print(f"afr collector up (store {settings.store_dsn.split('@')[-1]})")
+        print(f"afr collector up (store {settings.store_location})")
         print(f"  OTLP/gRPC  http://{settings.grpc_host}:{collector.grpc_port}")
         print(f"  OTLP/HTTP  http://{settings.http_host}:{collector.http_port}/v1/traces")
         print(f"  read API   http://{settings.http_host}:{collector.http_port}/api/v1/runs")

@@ -8,7 +8,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from afr.settings_sources import SecretsDirSettings
+from afr.settings_sources import SecretsDirSettings, redact_url
 from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK, UNLISTED_MODEL
 
 __all__ = ["SQL_DEFAULT_PORT", "CollectorSettings"]
@@ -160,6 +160,12 @@ class CollectorSettings(SecretsDirSettings):
         if self.clickhouse_url:
             return _with_password(self.clickhouse_url, self.clickhouse_password)
         return f"chdb://{(self.data_dir / 'chdb').resolve()}"
+
+    @property
+    def store_location(self) -> str:
+        """Where the store is, safe to print or log: the URL without its password, or the
+        embedded store's directory."""
+        return redact_url(self.store_dsn)
 
     @property
     def span_window_ns(self) -> tuple[int, int] | None:

@@ -28,7 +28,9 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from afr.settings_sources import redact_url
 
 if TYPE_CHECKING:
     import psycopg
@@ -238,26 +240,6 @@ class SQLiteEngine:
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its password (in the user part or a ``password=`` parameter)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<a URL that does not parse>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hosts = netloc.rpartition("@")
-        user, colon, _ = userinfo.partition(":")
-        netloc = f"{user}{':***' if colon else ''}@{hosts}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = "&".join(
-            f"{quote(k)}={'***' if k.lower().endswith('password') else quote(v)}" for k, v in pairs
-        )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def _secrets_of(url: str) -> list[str]:

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         store = FaultyStore(build_store(settings), args.control, args.status)
         collector = Collector(settings, store=store)
         await collector.start()
-        print(f"afr collector up (store {settings.store_dsn}, faults from {args.control})")
+        print(f"afr collector up (store {settings.store_location}, faults from {args.control})")
         print(f"  OTLP/gRPC  http://{settings.grpc_host}:{collector.grpc_port}")
         print(f"  OTLP/HTTP  http://{settings.http_host}:{collector.http_port}/v1/traces")
         print(f"  read API   http://{settings.http_host}:{collector.http_port}/api/v1/runs")

@@ -152,6 +152,11 @@ def test_a_password_in_the_url_is_kept_and_one_is_quoted_into_it() -> None:
     assert given.store_dsn == "http://u:inurl@h:8123/db"
     added = CollectorSettings(clickhouse_url="https://h:8443/db", clickhouse_password="a@b/c")
     assert added.store_dsn == "https://default:a%40b%2Fc@h:8443/db"
+    # What `afr up` and the logs print: never the password, in the URL or given apart.
+    assert given.store_location == "http://u:***@h:8123/db"
+    assert added.store_location == "https://default:***@h:8443/db"
+    embedded = CollectorSettings(data_dir=Path("/srv/afr"))
+    assert embedded.store_location == "chdb:///srv/afr/chdb"
 
 
 def test_a_secrets_dir_that_is_not_a_directory_stops_start_up(tmp_path: Path) -> None:
