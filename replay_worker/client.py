@@ -6,6 +6,8 @@ from typing import Any
 
 import httpx
 
+from afr.settings_sources import redact_url
+
 __all__ = ["CollectorClient", "CollectorUnavailable", "RunNotFound"]
 
 
@@ -30,7 +32,7 @@ class CollectorClient:
                 response = await client.get(url, headers=self._headers)
         except httpx.HTTPError as exc:
             raise CollectorUnavailable(
-                f"collector unreachable at {self._base_url}: {type(exc).__name__}"
+                f"collector unreachable at {redact_url(self._base_url)}: {type(exc).__name__}"
             ) from None
         if response.status_code == 404:
             raise RunNotFound(f"run {run_id} not found in the collector")

@@ -19,6 +19,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from afr.grafana.panels import DATASOURCE_UID, DEFAULT_DATABASE, FOLDER, PLUGIN_ID
+from afr.settings_sources import redact_url
 from collector.store.schema import SPANS_TABLE, TRACE_ID_TS_TABLE
 
 __all__ = [
@@ -158,11 +159,11 @@ class _Api:
             response = self._client.request(method, path, json=body)
         except httpx.TimeoutException:
             raise GrafanaError(
-                f"Grafana at {self._client.base_url} did not answer in time ({action})"
+                f"Grafana at {redact_url(str(self._client.base_url))} did not answer in time ({action})"
             ) from None
         except httpx.TransportError as exc:
             raise GrafanaError(
-                f"cannot reach Grafana at {self._client.base_url}: {type(exc).__name__}: {exc}"
+                f"cannot reach Grafana at {redact_url(str(self._client.base_url))}: {type(exc).__name__}: {exc}"
             ) from None
         if missing_ok and response.status_code == 404:
             return None

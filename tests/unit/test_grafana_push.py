@@ -315,6 +315,12 @@ def test_an_unreachable_grafana_and_a_missing_token_are_explained(
     assert push(closed, "--sql-password", PASSWORD, "--timeout-s", "2") == 1
     out, err = capsys.readouterr()
     assert f"cannot reach Grafana at {closed}" in err and TOKEN not in out + err
+    # Basic-auth credentials written into the URL are not repeated in the message.
+    with_password = closed.replace("//", "//admin:hunter2-basic@")
+    assert push(with_password, "--sql-password", PASSWORD, "--timeout-s", "2") == 1
+    out, err = capsys.readouterr()
+    assert "cannot reach Grafana at http://admin:***@127.0.0.1:" in err
+    assert "hunter2-basic" not in out + err
     assert main(["grafana", "push", "--url", closed, "--sql-password", PASSWORD]) == 2
     assert "AFR_GRAFANA_TOKEN" in capsys.readouterr().err
     monkeypatch.setenv("AFR_GRAFANA_TOKEN", TOKEN)
