@@ -19,11 +19,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from afr_exporter.semconv import AFR_SPAN_TYPE, GEN_AI_TOOL_NAME
 from collector.model import SpanRecord
 from collector.processors import redact as redact_module
 from collector.processors.providers import PROVIDER_DETECTORS, REPLACED_RULES
 from collector.processors.redact import Redactor
 from collector.processors.rules import DETECTORS
+from tests.records import span_record
 from tests.secretgen import PROVIDER_GENERATORS
 
 _WORDS = [
@@ -184,31 +186,15 @@ def _with_secrets(rng: random.Random, text: str, every: int) -> str:
 def _span(rng: random.Random, body: str) -> SpanRecord:
     messages = [{"role": "user", "parts": [{"type": "text", "content": body}]}]
     tool = rng.choice(_TOOLS)
-    return SpanRecord(
+    return span_record(
         project_id="bench",
-        timestamp_ns=1,
         trace_id=rng.randbytes(16).hex(),
         span_id=rng.randbytes(8).hex(),
-        parent_span_id="",
-        trace_state="",
         span_name=f"execute_tool {tool}",
-        span_kind="Internal",
         service_name="bench-agent",
         resource_attributes={"service.name": "bench-agent"},
         scope_name="afr.exporter",
-        scope_version="",
-        span_attributes={"gen_ai.tool.name": tool, "afr.span.type": "function"},
-        duration_ns=1,
-        status_code="Unset",
-        status_message="",
-        event_timestamps=[],
-        event_names=[],
-        event_attributes=[],
-        link_trace_ids=[],
-        link_span_ids=[],
-        link_trace_states=[],
-        link_attributes=[],
-        ingested_ns=1,
+        span_attributes={GEN_AI_TOOL_NAME: tool, AFR_SPAN_TYPE: "function"},
         input=json.dumps(messages),
         output=json.dumps({"result": _prose(rng, 200)}),
     )

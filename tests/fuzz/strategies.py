@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from collector.model import SpanRecord
+from tests.records import BASE_NS, span_record
 
 __all__ = [
     "BASE_NS",
@@ -26,7 +26,6 @@ __all__ = [
     "value_text",
 ]
 
-BASE_NS = 1_764_000_000_000_000_000
 _CI_EXAMPLES = 100  # max_examples of the ``ci`` profile (tests/fuzz/conftest.py)
 
 
@@ -101,32 +100,4 @@ value_text = st.one_of(
 
 
 # --- span records --------------------------------------------------------------------------
-def record(**fields: Any) -> SpanRecord:
-    defaults: dict[str, Any] = dict(
-        project_id="p",
-        timestamp_ns=BASE_NS,
-        trace_id="0af7651916cd43dd8448eb211c80319c",
-        span_id="b7ad6b7169203331",
-        parent_span_id="",
-        trace_state="",
-        span_name="step",
-        span_kind="Internal",
-        service_name="svc",
-        resource_attributes={"service.name": "svc"},
-        scope_name="",
-        scope_version="",
-        span_attributes={},
-        duration_ns=1,
-        status_code="Unset",
-        status_message="",
-        event_timestamps=[],
-        event_names=[],
-        event_attributes=[],
-        link_trace_ids=[],
-        link_span_ids=[],
-        link_trace_states=[],
-        link_attributes=[],
-        ingested_ns=BASE_NS,
-    )
-    defaults.update(fields)
-    return SpanRecord(**defaults)
+record = span_record

@@ -52,7 +52,8 @@ def test_collector_down_run_completes_spans_held_then_counted_dropped_at_exit() 
     assert stats.queued == SPANS_IN_INCIDENT and stats.retries >= 1 and stats.dropped == 0
     started = time.monotonic()
     processor.shutdown(timeout=1)
-    assert time.monotonic() - started < 1.5, "exit waits no longer than the deadline"
+    # 1 s deadline; the margin is for a loaded machine (unbounded, it would wait for ever)
+    assert time.monotonic() - started < 3.0, "exit waits no longer than the deadline"
     stats = processor.stats
     assert stats.exported == 0
     assert stats.dropped_at_shutdown == SPANS_IN_INCIDENT
@@ -240,7 +241,7 @@ def test_hanging_collector_exit_is_bounded_by_the_shutdown_deadline(hanging_coll
     time.sleep(0.2)  # let the worker get stuck inside an export call
     started = time.monotonic()
     processor.shutdown(timeout=1.0)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 3.0, "not the 30 s export timeout"
     stats = processor.stats
     assert stats.exported == 0
     assert stats.queued == 0

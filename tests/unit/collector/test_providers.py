@@ -24,6 +24,7 @@ from collector.processors.providers import (
 )
 from collector.processors.redact import Redactor
 from collector.processors.rules import DETECTORS, Detector, RedactionConfig
+from tests.records import span_record
 from tests.secretgen import (
     ALNUM,
     B64URL,
@@ -247,33 +248,7 @@ def _redactor() -> Redactor:
 
 
 def _span(note: str, body: str) -> SpanRecord:
-    return SpanRecord(
-        project_id="p",
-        timestamp_ns=1,
-        trace_id="t" * 32,
-        span_id="s" * 16,
-        parent_span_id="",
-        trace_state="",
-        span_name="step",
-        span_kind="Internal",
-        service_name="svc",
-        resource_attributes={},
-        scope_name="",
-        scope_version="",
-        span_attributes={"note": note},
-        duration_ns=1,
-        status_code="Unset",
-        status_message="",
-        event_timestamps=[],
-        event_names=[],
-        event_attributes=[],
-        link_trace_ids=[],
-        link_span_ids=[],
-        link_trace_states=[],
-        link_attributes=[],
-        ingested_ns=1,
-        output=body,
-    )
+    return span_record(span_attributes={"note": note}, output=body)
 
 
 @pytest.fixture(scope="module")

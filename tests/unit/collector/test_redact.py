@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from collector.model import SpanRecord
 from collector.processors.redact import FAILED_SENTINEL, Redactor
 from collector.processors.rules import Detector, RedactionConfig, luhn_valid
+from tests.records import span_record
 from tests.secret_corpus import (
     CORE_KINDS,
     card_digits,
@@ -106,34 +107,7 @@ LOOK_ALIKES = [
 
 
 def span(**fields: Any) -> SpanRecord:
-    defaults: dict[str, Any] = dict(
-        project_id="p",
-        timestamp_ns=1,
-        trace_id="t" * 32,
-        span_id="s" * 16,
-        parent_span_id="",
-        trace_state="",
-        span_name="step",
-        span_kind="Internal",
-        service_name="svc",
-        resource_attributes={},
-        scope_name="",
-        scope_version="",
-        span_attributes={},
-        duration_ns=1,
-        status_code="Unset",
-        status_message="",
-        event_timestamps=[],
-        event_names=[],
-        event_attributes=[],
-        link_trace_ids=[],
-        link_span_ids=[],
-        link_trace_states=[],
-        link_attributes=[],
-        ingested_ns=1,
-    )
-    defaults.update(fields)
-    return SpanRecord(**defaults)
+    return span_record(**{"resource_attributes": {}, **fields})
 
 
 def everything(record: SpanRecord) -> str:

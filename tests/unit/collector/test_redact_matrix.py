@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from collector.model import SpanRecord
 from collector.processors.normalize import normalize
 from collector.processors.redact import Redactor
+from tests.records import span_record
 from tests.secret_corpus import (
     NESTED_PSEUDONYM,
     PSEUDONYM,
@@ -53,32 +54,7 @@ _FAILED = ":redaction_failed"
 
 
 def blank() -> SpanRecord:
-    return SpanRecord(
-        project_id="p",
-        timestamp_ns=1_764_000_000_000_000_000,
-        trace_id="0af7651916cd43dd8448eb211c80319c",
-        span_id="b7ad6b7169203331",
-        parent_span_id="",
-        trace_state="",
-        span_name="step",
-        span_kind="Internal",
-        service_name="svc",
-        resource_attributes={"service.name": "svc"},
-        scope_name="",
-        scope_version="",
-        span_attributes={},
-        duration_ns=1,
-        status_code="Unset",
-        status_message="",
-        event_timestamps=[],
-        event_names=[],
-        event_attributes=[],
-        link_trace_ids=[],
-        link_span_ids=[],
-        link_trace_states=[],
-        link_attributes=[],
-        ingested_ns=1,
-    )
+    return span_record()
 
 
 # --- placements: each plants one secret in one place of a record --------------------------
