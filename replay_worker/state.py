@@ -29,7 +29,7 @@ import datetime as dt
 import json
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -71,7 +71,9 @@ Clock = Callable[[], float]
 JobState = Literal["queued", "running", "succeeded", "failed"]
 FINISHED: tuple[JobState, ...] = ("succeeded", "failed")
 MAX_ATTEMPTS = 2
-SweepState = Literal["queued", "running", "finished", "failed"]
+SweepState = Literal["queued", "running", "finished", "failed", "sharded"]
+"""``sharded``: a slot run as shards (``afr eval run --shard I/N --slot``), not by a worker;
+no worker claims it, its last shard finishes it."""
 SWEEP_MAX_ATTEMPTS = 3
 """A sweep whose process died this many times is failed (each attempt resumes the last)."""
 DEFAULT_MAX_SWEEPS_KEPT = 1_000
@@ -566,6 +568,7 @@ class StateStore:
                 ]
                 tx.run_many("DELETE FROM sweeps WHERE sweep_id = ?", old)
                 tx.run_many("DELETE FROM sweep_results WHERE sweep_id = ?", old)
+                tx.run_many("DELETE FROM sweep_shards WHERE sweep_id = ?", old)
             tx.run(
                 "INSERT INTO sweeps (sweep_id, slot, trigger, state, created_at)"
                 " VALUES (?, ?, ?, 'queued', ?)",
@@ -657,6 +660,70 @@ class StateStore:
 
         return self._engine.transact(body)
 
+    def record_shard(
+        self,
+        sweep_id: str,
+        slot: str,
+        shard: tuple[int, int],
+        results: Sequence[tuple[str, str, str | None, dict[str, Any]]],
+        started_at: float,
+        now: float,
+    ) -> tuple[Sweep, int]:
+        """Records one shard (index, count) of a slot run as shards: its evals' outcomes
+        (eval id, status, eval run id, result; an eval already recorded keeps its first
+        record) and the shard itself, once however often it is retried. The slot's sweep is
+        created ``sharded`` by its first shard: no worker claims it. Returns the sweep and
+        how many of its ``count`` shards are recorded; when that is all of them and the
+        sweep is still ``sharded``, the caller writes the summary run, then calls
+        ``finish_shards``."""
+        index, count = shard
+
+        def body(tx: Tx) -> tuple[Sweep, int]:
+            row = tx.one(_SELECT_SWEEP + " WHERE sweep_id = ?", (sweep_id,))
+            if row is None:
+                tx.run(
+                    "INSERT INTO sweeps (sweep_id, slot, trigger, state, created_at, started_at)"
+                    " VALUES (?, ?, 'shards', 'sharded', ?, ?)",
+                    (sweep_id, slot, now, started_at),
+                )
+            else:
+                known = _sweep(row)
+                if known.state == "sharded" and started_at < (known.started_at or now):
+                    tx.run(
+                        "UPDATE sweeps SET started_at = ? WHERE sweep_id = ?",
+                        (started_at, sweep_id),
+                    )
+            tx.run_many(
+                "INSERT INTO sweep_results (sweep_id, eval_id, status, eval_run_id, result,"
+                " recorded_at) VALUES (?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (sweep_id, eval_id) DO NOTHING",
+                [
+                    (sweep_id, eval_id, status, run_id, json.dumps(result), now)
+                    for eval_id, status, run_id, result in results
+                ],
+            )
+            tx.run(
+                "INSERT INTO sweep_shards (sweep_id, shard_count, shard_index, recorded_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (sweep_id, shard_count, shard_index) DO NOTHING",
+                (sweep_id, count, index, now),
+            )
+            (done,) = tx.one(
+                "SELECT count(*) FROM sweep_shards WHERE sweep_id = ? AND shard_count = ?",
+                (sweep_id, count),
+            ) or (0,)
+            return _sweep_by_id(tx, sweep_id), int(done)
+
+        return self._engine.transact(body)
+
+    def finish_shards(self, sweep_id: str, summary: dict[str, Any], now: float) -> bool:
+        """Marks a sharded sweep finished with its summary (False if it was already)."""
+        sql = (
+            "UPDATE sweeps SET state = 'finished', summary = ?, finished_at = ?"
+            " WHERE sweep_id = ? AND state = 'sharded'"
+        )
+        parameters = (json.dumps(summary), now, sweep_id)
+        return self._engine.transact(lambda tx: tx.run(sql, parameters) == 1)
+
     def sweep_results(self, sweep_id: str) -> list[SweepResult]:
         rows = self._read(
             "SELECT eval_id, status, eval_run_id, result, recorded_at FROM sweep_results"
@@ -740,7 +807,7 @@ class StateStore:
         return _sweep(rows[0]) if rows else None
 
     def sweep_counts(self) -> dict[str, int]:
-        counts = {"queued": 0, "running": 0, "finished": 0, "failed": 0}
+        counts = {"queued": 0, "running": 0, "finished": 0, "failed": 0, "sharded": 0}
         for state, count in self._read("SELECT state, count(*) FROM sweeps GROUP BY state"):
             counts[state] = count
         return counts

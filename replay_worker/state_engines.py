@@ -49,7 +49,8 @@ __all__ = [
 T = TypeVar("T")
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``sweep_shards`` (a slot run as shards by ``afr eval run --shard --slot``)."""
 
 # One schema for both engines. BIGINT and DOUBLE PRECISION have SQLite's INTEGER and REAL
 # affinities (64-bit integers, doubles), so a file created before them reads the same; in
@@ -110,6 +111,13 @@ CREATE TABLE IF NOT EXISTS sweep_results (
     result        {text} NOT NULL,
     recorded_at   DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (sweep_id, eval_id)
+);
+CREATE TABLE IF NOT EXISTS sweep_shards (
+    sweep_id      {text} NOT NULL,
+    shard_count   BIGINT NOT NULL,
+    shard_index   BIGINT NOT NULL,
+    recorded_at   DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (sweep_id, shard_count, shard_index)
 );
 """
 

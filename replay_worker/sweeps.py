@@ -68,6 +68,7 @@ __all__ = [
     "SweepSummary",
     "discover",
     "emit_summary_run",
+    "eval_result",
     "run_foreground",
     "run_sweep",
     "summarize",
@@ -181,7 +182,8 @@ def summarize(sweep: Sweep, store: StateStore, now: float) -> SweepSummary:
     return summary
 
 
-def _result(outcome: EvalOutcome) -> dict[str, Any]:
+def eval_result(outcome: EvalOutcome) -> dict[str, Any]:
+    """What a sweep records of one eval's outcome."""
     return {
         "name": outcome.name,
         "path": outcome.path,
@@ -254,7 +256,11 @@ async def run_sweep(
                     outcome = await asyncio.wait_for(
                         run_one(entry.path, entry.document, sweep_id, trace_id), eval_timeout_s
                     )
-                    status, run_id, result = outcome.status, outcome.eval_run_id, _result(outcome)
+                    status, run_id, result = (
+                        outcome.status,
+                        outcome.eval_run_id,
+                        eval_result(outcome),
+                    )
                 except TimeoutError:
                     status, run_id = "errored", trace_id.removeprefix("trace_")
                     result = {

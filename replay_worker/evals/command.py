@@ -6,7 +6,15 @@ passed (or was inconclusive, with ``--allow-inconclusive``), 1 when any failed, 
 was inconclusive, 2 when the command could not start (a bad eval file, a bad ``--shard``,
 an ``--agent`` that does not import, a ``--slot`` with no collector to record it in), 3 when
 ``--slot`` was given and the eval runs did not all reach the collector (a Kubernetes Job
-retries that shard; the runs' ids are the slot's, so the retry replaces rather than adds).
+retries that shard; the runs' ids are the slot's, so the retry replaces rather than adds)
+or the worker's state store (the day's spend, the slot's shards) could not be reached.
+
+With ``--slot``, each shard (``--shard I/N``; none is 1/1) is recorded in the worker's state
+store (``AFR_WORKER_STATE_URL``, shared by every shard of a Kubernetes Job) once its runs
+are in the collector: its evals' outcomes, under the slot's sweep. The shard that completes
+the set writes the sweep's summary run (kind ``sweep``, as a worker's sweep does) and marks
+the sweep finished; a retried shard records nothing twice, and a summary written twice has
+the same ids.
 
 Models and budgets are the worker's (``AFR_WORKER_MODEL_*``, ``AFR_WORKER_*_BUDGET_USD``,
 the day's spend in ``AFR_WORKER_DATA_DIR``). Eval runs are written to the collector
@@ -40,6 +48,7 @@ from replay_worker.evals.runner import (
 from replay_worker.replay.fixture import AgentSpec
 from replay_worker.scheduler import parse_schedule
 from replay_worker.settings import WorkerSettings
+from replay_worker.state import StateStoreUnavailable, open_state_store
 
 __all__ = [
     "RunOptions",
@@ -359,16 +368,26 @@ def run_command(
         _progress(done, len(work), outcome, err)
 
     started = time.monotonic()
+    started_at = time.time()
     processor = None
     exported = _Exported()
-    if options.workers > 1 and len(work) > 1:
-        workers = min(options.workers, len(work))
-        outcomes = _run_in_processes(plan, work, workers, on_done, exported)
-    else:
-        processor = _install_exporter(settings) if export else None
-        if not export:
-            _no_tracing_upload()
-        outcomes = asyncio.run(_run_here(plan, work, on_done))
+    try:
+        # The day's spend is in the worker's state: unreachable, no eval can run (exit 3,
+        # as for runs that did not land: a later try may get through).
+        open_state_store(settings).close()
+        if options.workers > 1 and len(work) > 1:
+            workers = min(options.workers, len(work))
+            outcomes = _run_in_processes(plan, work, workers, on_done, exported)
+        else:
+            processor = _install_exporter(settings) if export else None
+            if not export:
+                _no_tracing_upload()
+            outcomes = asyncio.run(_run_here(plan, work, on_done))
+    except StateStoreUnavailable as exc:  # its message never holds the URL's password
+        print(f"afr eval run: {exc}", file=err)
+        if processor is not None:
+            processor.shutdown(timeout=1)
+        return EXIT_UNRECORDED
     wall_s = time.monotonic() - started
 
     if options.json_output:
@@ -388,8 +407,13 @@ def run_command(
         )
         print(f"JUnit report: {options.junit}", file=err)
     recorded = _report_export(settings, export, processor, exported, err)
-    if options.slot is not None and not recorded:
-        return EXIT_UNRECORDED  # the slot's results did not land: worth running again
+    if options.slot is not None:
+        if not recorded:
+            return EXIT_UNRECORDED  # the slot's results did not land: worth running again
+        assert sweep_id is not None
+        shard_of = options.shard or (1, 1)
+        if not _record_shard(settings, sweep_id, options.slot, shard_of, outcomes, started_at, err):
+            return EXIT_UNRECORDED
     bad = {"failed", "errored"} | (set() if options.allow_inconclusive else {"inconclusive"})
     return EXIT_FAILED if any(o.status in bad for o in outcomes) else EXIT_OK
 
@@ -414,6 +438,77 @@ def slot_sweep_id(settings: WorkerSettings, label: str) -> str:
     """The sweep id of the slot ``label`` names, as the worker and ``afr sweep run --slot``
     derive it (``AFR_SWEEP_CRON``/``AFR_SWEEP_TZ``): the same label, the same eval run ids."""
     return parse_schedule(settings.sweep_cron, settings.sweep_tz).resolve(label).sweep_id
+
+
+def _record_shard(
+    settings: WorkerSettings,
+    sweep_id: str,
+    slot: str,
+    shard_of: tuple[int, int],
+    outcomes: list[EvalOutcome],
+    started_at: float,
+    err: TextIO,
+) -> bool:
+    """Records this shard of the slot in the worker's state store; the shard that completes
+    the set writes the sweep's summary run and finishes the sweep. False when either could
+    not be done (the shard is worth running again)."""
+    from replay_worker.sweeps import emit_summary_run, eval_result, summarize
+
+    index, count = shard_of
+    results = [(o.eval_id, o.status, o.eval_run_id, eval_result(o)) for o in outcomes]
+    store = None
+    try:
+        store = open_state_store(settings)
+        sweep, done = store.record_shard(
+            sweep_id, slot, (index, count), results, started_at, time.time()
+        )
+        if sweep.state != "sharded":
+            print(
+                f"slot {slot!r}: sweep {sweep_id} is {sweep.state} in the worker's state "
+                f"({settings.state_location}); its summary run is not this command's to write",
+                file=err,
+            )
+            return True
+        if done < count:
+            print(
+                f"slot {slot!r}: shard {index}/{count} recorded, {done} of {count} in "
+                f"{settings.state_location}; the last one writes the sweep's summary run",
+                file=err,
+            )
+            return True
+        summary = summarize(sweep, store, time.time())
+        processor = _install_exporter(settings)
+        emit_summary_run(summary)
+        flushed = processor.force_flush(_FLUSH_TIMEOUT_S) and not processor.stats.dropped
+        processor.shutdown(timeout=1)
+        if not flushed:
+            print(
+                f"warning: the summary run of sweep {sweep_id} did not reach the collector at "
+                f"{settings.collector_otlp_endpoint}",
+                file=err,
+            )
+            return False
+        store.finish_shards(sweep_id, summary.to_json(), time.time())
+    except Exception as exc:  # any failure here: the shard is run again, the cause said
+        # The engine scrubs the URL's password from its own errors; others say their type.
+        reason = str(exc) if isinstance(exc, StateStoreUnavailable) else type(exc).__name__
+        print(
+            f"afr eval run: shard {index}/{count} of slot {slot!r} could not be recorded in "
+            f"the worker's state store ({settings.state_location}): {reason}",
+            file=err,
+        )
+        return False
+    finally:
+        if store is not None:
+            store.close()
+    counts = ", ".join(f"{getattr(summary, s)} {s}" for s in ("passed", "failed", "errored"))
+    print(
+        f"slot {slot!r}: {f'all {count} shards' if count > 1 else 'its one shard'} recorded; "
+        f"sweep {sweep_id} finished "
+        f"({summary.evals} evals: {counts}), summary run {summary.sweep_run_id}",
+        file=err,
+    )
+    return True
 
 
 def _report_export(

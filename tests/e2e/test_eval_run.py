@@ -26,6 +26,8 @@ from replay_worker.evals.runner import eval_trace_id
 from replay_worker.evals.synthesis import synthesize
 from replay_worker.scheduler import parse_schedule
 from replay_worker.settings import WorkerSettings
+from replay_worker.state import StateStore, StateStoreUnavailable
+from replay_worker.sweeps import sweep_trace_id
 from tests.e2e.captured import capture_fixed_incident
 from tests.integration.conftest import Running, start_collector
 
@@ -462,6 +464,69 @@ def test_a_shard_run_twice_for_one_slot_is_stored_once(
     )
 
 
+def test_the_shard_that_completes_a_slot_writes_the_sweeps_summary_run_once(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The nightly Indexed Job: each pod runs `afr eval run --shard i/N --slot <job>` on the
+    worker's shared state. The pod that records the last shard writes the sweep's summary
+    run (kind sweep, linked to every eval run) and finishes the sweep; a retried pod, before
+    or after that, writes nothing twice."""
+    evals = tmp_path / "evals"
+    documents = [variant(world.document, f"night #{n}") for n in range(4)]
+    for document in documents:
+        write_eval(document, evals)
+    slot = "afr-sweep-29410562"
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path)
+        settings = WorkerSettings()
+        sweep_id = slot_sweep_id(settings, slot)
+        summary_run = sweep_trace_id(sweep_id).removeprefix("trace_")
+        # Shards 1 and 2 of 3, then shard 2 again (a pod retried after it had recorded).
+        for index, recorded in ((1, 1), (2, 2), (2, 2)):
+            capsys.readouterr()
+            assert eval_run(evals, "--shard", f"{index}/3", "--slot", slot) == 0
+            err = capsys.readouterr().err
+            assert f"shard {index}/3 recorded, {recorded} of 3 in" in err, err
+            world.running.collector.flush()
+            assert world.running.api(f"/api/v1/runs/{summary_run}").status_code == 404
+        assert eval_run(evals, "--shard", "0/3", "--slot", slot) == 0  # JOB_COMPLETION_INDEX 0
+        err = capsys.readouterr().err
+        assert (
+            f"all 3 shards recorded; sweep {sweep_id} finished (4 evals: 4 passed, 0 failed, "
+            f"0 errored), summary run {summary_run}"
+        ) in err, err
+        assert eval_run(evals, "--shard", "3/3", "--slot", slot) == 0, "retried after the end"
+        assert f"sweep {sweep_id} is finished" in capsys.readouterr().err
+    expected = {d.id: eval_trace_id(sweep_id, d.id).removeprefix("trace_") for d in documents}
+    stored = world.running.run(summary_run)
+    assert (stored["run"]["kind"], stored["run"]["status"]) == ("sweep", "ok")
+    assert len({s["span_id"] for s in stored["spans"]}) == len(stored["spans"]), "written once"
+    (root,) = [s for s in stored["spans"] if s["parent_span_id"] == ""]
+    links = {link["trace_id"]: link["attributes"]["afr.link.role"] for link in root["links"]}
+    assert links == {run_id: eval_id for eval_id, run_id in expected.items()}
+    metadata = json.loads(root["attributes"]["afr.trace.metadata"])
+    assert (metadata["afr.sweep.id"], metadata["afr.sweep.slot"]) == (sweep_id, slot)
+    assert metadata["afr.sweep.counts"] == {
+        "passed": 4,
+        "failed": 0,
+        "inconclusive": 0,
+        "errored": 0,
+        "evals": 4,
+    }
+    for run_id in expected.values():
+        assert world.running.run(run_id)["run"]["kind"] == "eval"
+    store = StateStore(settings.state_path)
+    try:
+        sweep = store.get_sweep(sweep_id)
+        assert sweep is not None and sweep.state == "finished" and sweep.summary is not None
+        assert sweep.summary["sweep_run_id"] == summary_run
+    finally:
+        store.close()
+
+
 def test_a_slot_needs_a_collector_and_excludes_a_sweep_id(
     world: World,
     tmp_path: Path,
@@ -495,3 +560,54 @@ def test_a_slot_whose_runs_did_not_reach_the_collector_exits_3(
     err = capsys.readouterr().err
     assert code == 3, err
     assert "may be incomplete in the collector" in err
+
+
+def test_an_unreachable_state_store_exits_3_without_the_password(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path)
+        monkeypatch.setenv("AFR_WORKER_STATE_URL", f"postgresql://afr:pw-9f2c@127.0.0.1:{port}/afr")
+        capsys.readouterr()
+        code = eval_run(world.evals, "--shard", "1/2", "--slot", "afr-sweep-29410563")
+    out, err = capsys.readouterr()
+    assert code == 3, out + err
+    assert "afr eval run: the state store at postgresql://afr:***@127.0.0.1:" in err
+    assert "is unavailable" in err and "Traceback" not in err
+    assert "pw-9f2c" not in out + err
+
+
+def test_a_shard_whose_record_fails_exits_3_and_its_retry_completes_the_slot(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The state store lost between the eval runs and the shard's record: exit 3 (the Job
+    runs the shard again), and the retry records it."""
+    real = StateStore.record_shard
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise StateStoreUnavailable("the state store at postgresql://afr:***@db/afr is unavailable")
+
+    slot = "afr-sweep-29410564"
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path)
+        monkeypatch.setattr(StateStore, "record_shard", lost)
+        capsys.readouterr()
+        assert eval_run(world.evals, "--slot", slot) == 3
+        err = capsys.readouterr().err
+        assert "eval runs recorded in the collector" in err
+        assert (
+            f"afr eval run: shard 1/1 of slot {slot!r} could not be recorded in the worker's "
+            "state store"
+        ) in err
+        monkeypatch.setattr(StateStore, "record_shard", real)
+        assert eval_run(world.evals, "--slot", slot) == 0
+        assert f"slot {slot!r}: its one shard recorded; sweep" in capsys.readouterr().err

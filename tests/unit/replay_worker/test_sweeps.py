@@ -182,6 +182,75 @@ def test_a_slot_has_one_owner_and_a_dead_owners_slot_is_resumed(state_at: Path |
     assert left.last_sweep() == done
 
 
+def test_the_shards_of_a_slot_are_recorded_once_and_the_last_one_completes_it(
+    state_at: Path | str,
+) -> None:
+    """`afr eval run --shard I/N --slot` in N pods on one shared state: each shard records its
+    outcomes once however often it is retried; the one that completes the set learns it, and
+    no worker ever claims the slot."""
+    left, right = stores(state_at)
+    first, done = left.record_shard(
+        "sweep_k",
+        "afr-sweep-1",
+        (2, 3),
+        [("eval_b", "passed", "rb", {"cost_usd": 0.5})],
+        started_at=T0 + 5,
+        now=T0 + 60,
+    )
+    assert (first.state, first.trigger, first.started_at, done) == ("sharded", "shards", T0 + 5, 1)
+    # Shard 2 retried (a pod lost after recording): nothing twice, its first record kept.
+    again, done = right.record_shard(
+        "sweep_k", "afr-sweep-1", (2, 3), [("eval_b", "failed", "rX", {})], T0 + 70, T0 + 90
+    )
+    assert (
+        again.state == "sharded"
+        and done == 1
+        and [(r.eval_id, r.status) for r in left.sweep_results("sweep_k")] == [("eval_b", "passed")]
+    )
+    assert right.claim_sweep(B, T0 + 100, lease_s=30) is None, "a sharded slot is no worker's"
+    _, done = right.record_shard(
+        "sweep_k", "afr-sweep-1", (1, 3), [("eval_a", "errored", None, {})], T0, T0 + 120
+    )
+    assert done == 2
+    last, done = left.record_shard(
+        "sweep_k", "afr-sweep-1", (3, 3), [("eval_c", "passed", "rc", {})], T0 + 2, T0 + 150
+    )
+    assert (last.state, done, last.started_at) == ("sharded", 3, T0), "the earliest start"
+    assert sorted(r.eval_id for r in right.sweep_results("sweep_k")) == [
+        "eval_a",
+        "eval_b",
+        "eval_c",
+    ]
+    assert left.finish_shards("sweep_k", {"passed": 2, "errored": 1}, T0 + 160)
+    assert not right.finish_shards("sweep_k", {}, T0 + 170), "finished once"
+    finished, done = right.record_shard("sweep_k", "afr-sweep-1", (3, 3), [], T0, T0 + 200)
+    assert (finished.state, finished.summary, done) == ("finished", {"passed": 2, "errored": 1}, 3)
+    assert left.last_sweep() == finished
+    assert left.sweep_counts()["finished"] == 1
+
+
+def test_a_state_of_the_previous_schema_gains_the_shards_table(state_at: Path | str) -> None:
+    """A worker state written before sharded slots (schema 1) is upgraded when opened."""
+    StateStore(state_at).close()
+    if isinstance(state_at, Path):
+        import sqlite3
+
+        with sqlite3.connect(state_at) as db:
+            db.execute("DROP TABLE sweep_shards")
+            db.execute("PRAGMA user_version=1")
+        db.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(state_at, autocommit=True) as conn:
+            conn.execute("DROP TABLE sweep_shards")
+            conn.execute("UPDATE afr_state_meta SET value = 1 WHERE key = 'schema_version'")
+    upgraded = StateStore(state_at)
+    _, done = upgraded.record_shard("sweep_u", "s", (1, 1), [("e", "passed", "r", {})], T0, T0)
+    assert done == 1
+    upgraded.close()
+
+
 def test_slots_survive_a_restart_and_a_dead_worker_of_this_host_is_recovered_at_once(
     state_at: Path | str,
 ) -> None:
@@ -213,7 +282,13 @@ def test_a_slot_that_keeps_dying_fails_and_a_shutdown_costs_no_attempt(
     failed = store.get_sweep("sweep_1")
     assert failed is not None and failed.state == "failed"
     assert "3 times" in str(failed.error)
-    assert store.sweep_counts() == {"queued": 0, "running": 0, "finished": 0, "failed": 1}
+    assert store.sweep_counts() == {
+        "queued": 0,
+        "running": 0,
+        "finished": 0,
+        "failed": 1,
+        "sharded": 0,
+    }
 
 
 # -- running a sweep ---------------------------------------------------------------------------
