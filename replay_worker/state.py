@@ -683,7 +683,7 @@ class StateStore:
             if row is None:
                 tx.run(
                     "INSERT INTO sweeps (sweep_id, slot, trigger, state, created_at, started_at)"
-                    " VALUES (?, ?, 'shards', 'sharded', ?, ?)",
+                    " VALUES (?, ?, 'shards', 'sharded', ?, ?) ON CONFLICT (sweep_id) DO NOTHING",
                     (sweep_id, slot, now, started_at),
                 )
             else:

@@ -1,8 +1,8 @@
 """Worker replicas racing on one state, as separate processes released together by a barrier,
 on each engine (``state_at``: a SQLite file, a PostgreSQL database): a webhook id starts one
 job, a job is claimed by one replica, the day's budget is never exceeded, a sweep slot has
-one owner and each eval result is recorded once, and replicas starting together on an empty
-database all come up. Each process opens its own store, as a replica does."""
+one owner and each eval result is recorded once, the shards of a slot finishing together
+complete it once, and replicas starting together on an empty database all come up. Each process opens its own store, as a replica does."""
 
 from __future__ import annotations
 
@@ -126,6 +126,18 @@ def _open_at_once(
     store.close()
 
 
+def _record_a_shard(
+    n: int, barrier: Barrier, where: Path | str, out: multiprocessing.Queue[Any]
+) -> None:
+    """Pod n of an Indexed Job of REPLICAS pods, all finishing at once."""
+    store = StateStore(where)
+    barrier.wait()
+    results = [(f"eval_{n}", "passed", f"run_{n}", {"cost_usd": 0.25})]
+    sweep, done = store.record_shard("sweep_shards", "job-1", (n + 1, REPLICAS), results, T0, T0)
+    out.put((n, sweep.state, done))
+    store.close()
+
+
 # -- the tests ------------------------------------------------------------------------------
 
 
@@ -177,6 +189,16 @@ def test_a_slot_raced_by_replicas_has_one_owner_and_each_result_once(
     assert [r.eval_id for r in store.sweep_results("sweep_night")] == recorded
     sweep = store.get_sweep("sweep_night")
     assert sweep is not None and sweep.state == "finished" and sweep.attempts == 1
+
+
+def test_the_shards_of_a_slot_finishing_together_complete_it_once(state_at: Path | str) -> None:
+    StateStore(state_at).close()
+    results = race(_record_a_shard, state_at)
+    assert sorted(done for _, _, done in results) == list(range(1, REPLICAS + 1)), results
+    assert all(state == "sharded" for _, state, _ in results)
+    store = StateStore(state_at)
+    recorded = sorted(r.eval_id for r in store.sweep_results("sweep_shards"))
+    assert recorded == sorted(f"eval_{n}" for n in range(REPLICAS)), "every shard's result"
 
 
 def test_an_expired_slot_is_taken_over_by_one_replica(state_at: Path | str) -> None:
