@@ -409,6 +409,12 @@ def _sweep_run(args: argparse.Namespace) -> int:
             print(
                 f"afr sweep run: sweep {sweep.sweep_id} (slot {sweep.slot}) is {sweep.state}"
                 + (" in a worker" if sweep.state == "running" else "")
+                + (
+                    " (run as shards by `afr eval run --shard I/N --slot`: its last shard"
+                    " finishes it)"
+                    if sweep.state == "sharded"
+                    else ""
+                )
                 + (f": {sweep.error['reason']}" if sweep.error else ""),
                 file=sys.stderr,
             )

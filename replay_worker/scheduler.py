@@ -59,7 +59,8 @@ __all__ = [
 
 logger = logging.getLogger("afr.worker.sweeps")
 
-Trigger = Literal["schedule", "hook", "cli"]
+Trigger = Literal["schedule", "hook", "cli", "shards"]
+"""Who started a sweep (``shards``: the first shard of a slot run as shards, ADR 26)."""
 Sleep = Callable[[float], Awaitable[None]]
 
 POLL_S = 5.0

@@ -30,7 +30,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
@@ -54,6 +54,8 @@ __all__ = [
     "Job",
     "JobState",
     "Owner",
+    "ShardMismatch",
+    "ShardRecord",
     "StateStore",
     "StateStoreUnavailable",
     "Sweep",
@@ -196,6 +198,24 @@ class SweepResult:
     recorded_at: float
 
 
+class ShardMismatch(ValueError):
+    """A shard of a slot that other shards run with another number of shards."""
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    """Where a slot run as shards stands after one shard looked or recorded itself."""
+
+    sweep: Sweep | None
+    """The slot's sweep; None when no shard has recorded yet."""
+    done: int
+    """Its shards recorded (of this shard's count)."""
+    recorded: bool
+    """This shard is recorded: before this call, or by it."""
+    stale: list[tuple[Sweep, int, int]] = field(default_factory=list)
+    """Sharded sweeps older than the timeout, failed by this call: (sweep, done, count)."""
+
+
 _SELECT_SWEEP = (
     "SELECT sweep_id, slot, trigger, state, created_at, attempts, owner, lease_until,"
     " started_at, finished_at, summary, error FROM sweeps"
@@ -263,6 +283,67 @@ def _job_by_id(tx: Tx, job_id: str) -> Job:
     row = tx.one(_SELECT_JOB + " WHERE job_id = ?", (job_id,))
     assert row is not None  # read in the transaction that just wrote it
     return _job(row)
+
+
+def _prune_sweeps(tx: Tx) -> None:
+    """Before a sweep is added: the oldest ended sweeps beyond the cap are forgotten, with
+    their results."""
+    (count,) = tx.one("SELECT count(*) FROM sweeps") or (0,)
+    excess = count - DEFAULT_MAX_SWEEPS_KEPT + 1
+    if excess > 0:
+        old = [
+            (r[0],)
+            for r in tx.all(
+                "SELECT sweep_id FROM sweeps WHERE state IN ('finished', 'failed')"
+                " ORDER BY finished_at LIMIT ?",
+                (excess,),
+            )
+        ]
+        tx.run_many("DELETE FROM sweeps WHERE sweep_id = ?", old)
+        tx.run_many("DELETE FROM sweep_results WHERE sweep_id = ?", old)
+        tx.run_many("DELETE FROM sweep_shards WHERE sweep_id = ?", old)
+
+
+def _shards(tx: Tx, sweep_id: str, shard: tuple[int, int]) -> tuple[int, bool]:
+    """(shards recorded of this count, this one among them); ShardMismatch when the slot's
+    shards were recorded with another count."""
+    index, count = shard
+    rows = tx.all(
+        "SELECT shard_count, shard_index FROM sweep_shards WHERE sweep_id = ?", (sweep_id,)
+    )
+    other = {n for n, _ in rows if n != count}
+    if other:
+        raise ShardMismatch(
+            f"its shards were recorded as 1/{min(other)}..{min(other)}/{min(other)}, "
+            f"not as /{count}: every shard of a slot needs the same N"
+        )
+    return len(rows), any(i == index for _, i in rows)
+
+
+def _fail_stale_shards(tx: Tx, created_before: float, now: float) -> list[tuple[Sweep, int, int]]:
+    """Fails the sharded sweeps created before ``created_before``: (sweep, done, count)."""
+    failed: list[tuple[Sweep, int, int]] = []
+    for row in tx.all(
+        _SELECT_SWEEP + " WHERE state = 'sharded' AND created_at < ? ORDER BY created_at",
+        (created_before,),
+    ):
+        sweep = _sweep(row)
+        counts = tx.all(
+            "SELECT shard_count, count(*) FROM sweep_shards WHERE sweep_id = ?"
+            " GROUP BY shard_count",
+            (sweep.sweep_id,),
+        )
+        count, done = max(counts) if counts else (0, 0)
+        error = {
+            "kind": "incomplete",
+            "reason": f"{done} of {count} shards recorded before the sweep timed out",
+        }
+        tx.run(
+            "UPDATE sweeps SET state = 'failed', error = ?, finished_at = ? WHERE sweep_id = ?",
+            (json.dumps(error), now, sweep.sweep_id),
+        )
+        failed.append((_sweep_by_id(tx, sweep.sweep_id), int(done), int(count)))
+    return failed
 
 
 def _sweep_by_id(tx: Tx, sweep_id: str) -> Sweep:
@@ -555,20 +636,7 @@ class StateStore:
             row = tx.one(_SELECT_SWEEP + " WHERE sweep_id = ?", (sweep_id,))
             if row is not None:
                 return _sweep(row), False
-            (count,) = tx.one("SELECT count(*) FROM sweeps") or (0,)
-            excess = count - DEFAULT_MAX_SWEEPS_KEPT + 1
-            if excess > 0:
-                old = [
-                    (r[0],)
-                    for r in tx.all(
-                        "SELECT sweep_id FROM sweeps WHERE state IN ('finished', 'failed')"
-                        " ORDER BY finished_at LIMIT ?",
-                        (excess,),
-                    )
-                ]
-                tx.run_many("DELETE FROM sweeps WHERE sweep_id = ?", old)
-                tx.run_many("DELETE FROM sweep_results WHERE sweep_id = ?", old)
-                tx.run_many("DELETE FROM sweep_shards WHERE sweep_id = ?", old)
+            _prune_sweeps(tx)
             tx.run(
                 "INSERT INTO sweeps (sweep_id, slot, trigger, state, created_at)"
                 " VALUES (?, ?, ?, 'queued', ?)",
@@ -660,6 +728,19 @@ class StateStore:
 
         return self._engine.transact(body)
 
+    def shard_status(self, sweep_id: str, shard: tuple[int, int]) -> ShardRecord:
+        """Whether this shard of the slot is recorded already (a retried pod need not run
+        its evals again), and how many of its shards are."""
+
+        def body(tx: Tx) -> ShardRecord:
+            row = tx.one(_SELECT_SWEEP + " WHERE sweep_id = ?", (sweep_id,))
+            if row is None:
+                return ShardRecord(None, 0, False)
+            done, recorded = _shards(tx, sweep_id, shard)
+            return ShardRecord(_sweep(row), done, recorded)
+
+        return self._engine.transact(body)
+
     def record_shard(
         self,
         sweep_id: str,
@@ -668,19 +749,29 @@ class StateStore:
         results: Sequence[tuple[str, str, str | None, dict[str, Any]]],
         started_at: float,
         now: float,
-    ) -> tuple[Sweep, int]:
+        *,
+        stale_after_s: float | None = None,
+    ) -> ShardRecord:
         """Records one shard (index, count) of a slot run as shards: its evals' outcomes
         (eval id, status, eval run id, result; an eval already recorded keeps its first
-        record) and the shard itself, once however often it is retried. The slot's sweep is
-        created ``sharded`` by its first shard: no worker claims it. Returns the sweep and
-        how many of its ``count`` shards are recorded; when that is all of them and the
-        sweep is still ``sharded``, the caller writes the summary run, then calls
-        ``finish_shards``."""
+        record) and the shard itself, once however often it is retried.
+
+        The slot's sweep is created ``sharded`` by its first shard: no worker claims it.
+        That shard also fails the ``sharded`` sweeps created more than ``stale_after_s``
+        before (shards that never all recorded), returned in ``stale`` for their summary
+        runs. A sweep in any other state (a worker's, or ended) is left as it is. When
+        ``done`` reaches the count and the sweep is still ``sharded``, the caller writes the
+        summary run, then calls ``finish_shards``. ShardMismatch: the slot's other shards
+        were recorded with another count."""
         index, count = shard
 
-        def body(tx: Tx) -> tuple[Sweep, int]:
+        def body(tx: Tx) -> ShardRecord:
+            stale: list[tuple[Sweep, int, int]] = []
             row = tx.one(_SELECT_SWEEP + " WHERE sweep_id = ?", (sweep_id,))
             if row is None:
+                if stale_after_s is not None:
+                    stale = _fail_stale_shards(tx, now - stale_after_s, now)
+                _prune_sweeps(tx)
                 tx.run(
                     "INSERT INTO sweeps (sweep_id, slot, trigger, state, created_at, started_at)"
                     " VALUES (?, ?, 'shards', 'sharded', ?, ?) ON CONFLICT (sweep_id) DO NOTHING",
@@ -688,11 +779,15 @@ class StateStore:
                 )
             else:
                 known = _sweep(row)
-                if known.state == "sharded" and started_at < (known.started_at or now):
+                if known.state != "sharded":
+                    done, recorded = _shards(tx, sweep_id, shard)
+                    return ShardRecord(known, done, recorded)
+                if started_at < (known.started_at or now):
                     tx.run(
                         "UPDATE sweeps SET started_at = ? WHERE sweep_id = ?",
                         (started_at, sweep_id),
                     )
+            _shards(tx, sweep_id, shard)  # the same N as the others, or refused
             tx.run_many(
                 "INSERT INTO sweep_results (sweep_id, eval_id, status, eval_run_id, result,"
                 " recorded_at) VALUES (?, ?, ?, ?, ?, ?)"
@@ -707,11 +802,8 @@ class StateStore:
                 " VALUES (?, ?, ?, ?) ON CONFLICT (sweep_id, shard_count, shard_index) DO NOTHING",
                 (sweep_id, count, index, now),
             )
-            (done,) = tx.one(
-                "SELECT count(*) FROM sweep_shards WHERE sweep_id = ? AND shard_count = ?",
-                (sweep_id, count),
-            ) or (0,)
-            return _sweep_by_id(tx, sweep_id), int(done)
+            done, _ = _shards(tx, sweep_id, shard)
+            return ShardRecord(_sweep_by_id(tx, sweep_id), done, True, stale)
 
         return self._engine.transact(body)
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "POSTGRES_SCHEMES",
+    "SCHEMA_LEVEL",
     "SCHEMA_VERSION",
     "Engine",
     "PostgresEngine",
@@ -49,8 +50,14 @@ __all__ = [
 T = TypeVar("T")
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
-SCHEMA_VERSION = 2
-"""2: ``sweep_shards`` (a slot run as shards by ``afr eval run --shard --slot``)."""
+SCHEMA_VERSION = 1
+"""What a reader must understand: afr refuses a state of a higher version. Only a change
+older code would misread raises it; an added table does not."""
+SCHEMA_LEVEL = 2
+"""The tables there are, which older afr ignores: 2 added ``sweep_shards`` (a slot run as
+shards by ``afr eval run --shard --slot``). A PostgreSQL state below it gains the missing
+tables when opened; a SQLite file runs the schema's ``IF NOT EXISTS`` statements at every
+open."""
 
 # One schema for both engines. BIGINT and DOUBLE PRECISION have SQLite's INTEGER and REAL
 # affinities (64-bit integers, doubles), so a file created before them reads the same; in
@@ -120,6 +127,18 @@ CREATE TABLE IF NOT EXISTS sweep_shards (
     PRIMARY KEY (sweep_id, shard_count, shard_index)
 );
 """
+
+
+_SELECT_META = (
+    "SELECT key, value FROM afr_state_meta WHERE key IN ('schema_version', 'schema_level')"
+)
+
+
+def _meta(rows: Sequence[Sequence[Any]]) -> tuple[int | None, int]:
+    values = {str(key): int(value) for key, value in rows}
+    # A state written before levels existed holds every table of level 1.
+    version = values.get("schema_version")
+    return version, values.get("schema_level", 1 if version is not None else 0)
 
 
 def _schema(text_type: str) -> list[str]:
@@ -320,14 +339,15 @@ class PostgresEngine:
     def __repr__(self) -> str:
         return f"PostgresEngine({self.location!r})"
 
-    def _schema_version(self) -> int | None:
+    def _schema_version(self) -> tuple[int | None, int]:
+        """(schema version, schema level); (None, 0) before the first start."""
         import psycopg.errors as pg_errors
 
         try:
-            rows = self.read("SELECT value FROM afr_state_meta WHERE key = 'schema_version'")
+            rows = self.read(_SELECT_META)
         except pg_errors.UndefinedTable:
-            return None
-        return int(rows[0][0]) if rows else None
+            return None, 0
+        return _meta(rows)
 
     def _open_schema(self) -> None:
         """Creates the tables once, however many replicas start together. The usual start
@@ -337,9 +357,9 @@ class PostgresEngine:
         one behind another, the tables, unless the one before did it."""
         import psycopg.errors as pg_errors
 
-        version = self._schema_version()
+        version, level = self._schema_version()
         self._check_version(version)
-        if version == SCHEMA_VERSION:
+        if version == SCHEMA_VERSION and level >= SCHEMA_LEVEL:
             return
         self._transact(
             lambda tx: tx.run(
@@ -360,17 +380,16 @@ class PostgresEngine:
         # Before any query: a serializable transaction's snapshot is taken at its first
         # query, so once the lock is ours, this one sees what the replica before it wrote.
         tx.run("LOCK TABLE afr_state_meta IN SHARE ROW EXCLUSIVE MODE")
-        row = tx.one("SELECT value FROM afr_state_meta WHERE key = 'schema_version'")
-        version = row[0] if row else None
+        version, level = _meta(tx.all(_SELECT_META))
         self._check_version(version)
-        if version == SCHEMA_VERSION:
+        if version == SCHEMA_VERSION and level >= SCHEMA_LEVEL:
             return
         for statement in _schema('TEXT COLLATE "C"'):
             tx.run(statement)
-        tx.run(
-            "INSERT INTO afr_state_meta (key, value) VALUES ('schema_version', ?)"
-            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (SCHEMA_VERSION,),
+        tx.run_many(
+            "INSERT INTO afr_state_meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = greatest(afr_state_meta.value, excluded.value)",
+            [("schema_version", SCHEMA_VERSION), ("schema_level", SCHEMA_LEVEL)],
         )
 
     def _scrub(self, message: str) -> str:

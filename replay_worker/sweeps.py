@@ -61,6 +61,7 @@ from replay_worker.settings import WorkerSettings
 from replay_worker.state import Clock, Owner, StateStore, Sweep, open_state_store
 
 __all__ = [
+    "STATUSES",
     "SUMMARY_SPAN",
     "SWEEP_WORKFLOW",
     "EvalEntry",
@@ -143,6 +144,8 @@ class SweepSummary:
     cost_usd: float = 0.0
     duration_s: float = 0.0
     results: list[dict[str, Any]] = field(default_factory=list)
+    incomplete: str | None = None
+    """Why the sweep ended before every eval was recorded (shards that never all recorded)."""
 
     @property
     def evals(self) -> int:
@@ -150,7 +153,7 @@ class SweepSummary:
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0 and self.errored == 0
+        return self.failed == 0 and self.errored == 0 and self.incomplete is None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -328,9 +331,11 @@ def emit_summary_run(summary: SweepSummary) -> None:
         ) as span,
     ):
         if not summary.ok:
+            incomplete = f"; incomplete: {summary.incomplete}" if summary.incomplete else ""
             span.set_error(
                 SpanError(
-                    message=f"sweep: {summary.failed} failed, {summary.errored} errored",
+                    message=f"sweep: {summary.failed} failed, {summary.errored} errored"
+                    + incomplete,
                     data={"not_passed": [e for e in evals if e["status"] in ("failed", "errored")]},
                 )
             )

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from replay_worker.evals.contract import EvalDocument, EvalFileError, load_evals
 from replay_worker.evals.runner import (
@@ -48,7 +48,15 @@ from replay_worker.evals.runner import (
 from replay_worker.replay.fixture import AgentSpec
 from replay_worker.scheduler import parse_schedule
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import StateStoreUnavailable, open_state_store
+from replay_worker.state import (
+    ShardMismatch,
+    ShardRecord,
+    StateStore,
+    StateStoreUnavailable,
+    Sweep,
+    open_state_store,
+)
+from replay_worker.sweeps import STATUSES, SweepSummary, emit_summary_run, eval_result, summarize
 
 __all__ = [
     "RunOptions",
@@ -350,6 +358,31 @@ def run_command(
             return EXIT_USAGE
         sweep_id = slot_sweep_id(settings, options.slot)
         print(f"slot {options.slot!r}: sweep {sweep_id}", file=err)
+    shard_of = options.shard or (1, 1)
+    bad = {"failed", "errored"} | (set() if options.allow_inconclusive else {"inconclusive"})
+    # The day's spend is in the worker's state, and a slot's shards: unreachable, no eval
+    # can run (exit 3, as for runs that did not land: a later try may get through).
+    try:
+        store = open_state_store(settings)
+    except Exception as exc:
+        return _state_failed(settings, exc, err)
+    try:
+        if options.slot is not None:
+            assert sweep_id is not None
+            status = _with_retries(lambda: store.shard_status(sweep_id, shard_of))
+            if status.recorded:
+                # A pod retried after its shard was recorded: its evals are not run (nor
+                # paid for) again; the slot is completed if that is what it was stopped at.
+                return _recorded_shard(
+                    settings, store, options.slot, shard_of, status, selected, bad, err
+                )
+    except ShardMismatch as exc:
+        print(f"afr eval run: slot {options.slot!r}: {exc}", file=err)
+        return EXIT_USAGE
+    except Exception as exc:
+        return _state_failed(settings, exc, err)
+    finally:
+        store.close()
     plan = _Plan(settings, export, options.model, sweep_id, entry, agents)
     where = f" (shard {options.shard[0]}/{options.shard[1]})" if options.shard else ""
     against = f" against {options.agent}" if options.agent else " against the captured agents"
@@ -372,9 +405,6 @@ def run_command(
     processor = None
     exported = _Exported()
     try:
-        # The day's spend is in the worker's state: unreachable, no eval can run (exit 3,
-        # as for runs that did not land: a later try may get through).
-        open_state_store(settings).close()
         if options.workers > 1 and len(work) > 1:
             workers = min(options.workers, len(work))
             outcomes = _run_in_processes(plan, work, workers, on_done, exported)
@@ -411,10 +441,9 @@ def run_command(
         if not recorded:
             return EXIT_UNRECORDED  # the slot's results did not land: worth running again
         assert sweep_id is not None
-        shard_of = options.shard or (1, 1)
-        if not _record_shard(settings, sweep_id, options.slot, shard_of, outcomes, started_at, err):
-            return EXIT_UNRECORDED
-    bad = {"failed", "errored"} | (set() if options.allow_inconclusive else {"inconclusive"})
+        code = _record_shard(settings, sweep_id, options.slot, shard_of, outcomes, started_at, err)
+        if code != EXIT_OK:
+            return code
     return EXIT_FAILED if any(o.status in bad for o in outcomes) else EXIT_OK
 
 
@@ -440,6 +469,64 @@ def slot_sweep_id(settings: WorkerSettings, label: str) -> str:
     return parse_schedule(settings.sweep_cron, settings.sweep_tz).resolve(label).sweep_id
 
 
+_RECORD_RETRY_S = (1.0, 4.0)
+"""Waits between tries of a shard's record while the state store is unavailable: a lost
+record costs the shard's evals run again."""
+
+T = TypeVar("T")
+
+
+def _with_retries(call: Callable[[], T]) -> T:
+    for wait_s in (*_RECORD_RETRY_S, None):
+        try:
+            return call()
+        except StateStoreUnavailable:
+            if wait_s is None:
+                raise
+            time.sleep(wait_s)
+    raise AssertionError("unreachable")
+
+
+def _state_failed(settings: WorkerSettings, exc: BaseException, err: TextIO) -> int:
+    """The worker's state store failed: exit 3 when it may come back (unreachable, busy),
+    2 when no retry can mend it (a state written by a newer afr)."""
+    if isinstance(exc, StateStoreUnavailable):  # its message never holds the password
+        print(f"afr eval run: {exc}", file=err)
+        return EXIT_UNRECORDED
+    # Others say their type, and the message of afr's own refusals only.
+    reason = f"{exc}" if type(exc) is RuntimeError else type(exc).__name__
+    print(f"afr eval run: the worker's state store ({settings.state_location}): {reason}", file=err)
+    return EXIT_USAGE if type(exc) is RuntimeError else EXIT_UNRECORDED
+
+
+def _recorded_shard(
+    settings: WorkerSettings,
+    store: StateStore,
+    slot: str,
+    shard_of: tuple[int, int],
+    status: ShardRecord,
+    selected: list[tuple[Path, EvalDocument]],
+    bad: set[str],
+    err: TextIO,
+) -> int:
+    """A shard recorded already: completes the slot if it was stopped just before, and
+    exits as the shard's recorded outcomes say."""
+    index, count = shard_of
+    print(
+        f"slot {slot!r}: shard {index}/{count} is recorded already ({status.done} of {count});"
+        " its evals are not run again",
+        file=err,
+    )
+    assert status.sweep is not None
+    if status.sweep.state == "sharded" and status.done >= count:
+        code = _complete_slot(settings, store, status.sweep, count, err)
+        if code != EXIT_OK:
+            return code
+    mine = {document.id for _, document in selected}
+    statuses = [r.status for r in store.sweep_results(status.sweep.sweep_id) if r.eval_id in mine]
+    return EXIT_FAILED if any(s in bad for s in statuses) else EXIT_OK
+
+
 def _record_shard(
     settings: WorkerSettings,
     sweep_id: str,
@@ -448,67 +535,104 @@ def _record_shard(
     outcomes: list[EvalOutcome],
     started_at: float,
     err: TextIO,
-) -> bool:
+) -> int:
     """Records this shard of the slot in the worker's state store; the shard that completes
-    the set writes the sweep's summary run and finishes the sweep. False when either could
-    not be done (the shard is worth running again)."""
-    from replay_worker.sweeps import emit_summary_run, eval_result, summarize
-
+    the set writes the sweep's summary run and finishes the sweep, and the first shard of a
+    slot writes the errored summary runs of earlier slots whose shards never all recorded.
+    EXIT_OK, or why not (3: worth running the shard again; 2: it never will be)."""
     index, count = shard_of
     results = [(o.eval_id, o.status, o.eval_run_id, eval_result(o)) for o in outcomes]
     store = None
     try:
         store = open_state_store(settings)
-        sweep, done = store.record_shard(
-            sweep_id, slot, (index, count), results, started_at, time.time()
+        opened = store
+        record = _with_retries(
+            lambda: opened.record_shard(
+                sweep_id,
+                slot,
+                shard_of,
+                results,
+                started_at,
+                time.time(),
+                stale_after_s=settings.sweep_timeout_s,
+            )
         )
-        if sweep.state != "sharded":
+        for stale, stale_done, stale_count in record.stale:
+            reason = f"only {stale_done} of {stale_count} shards recorded"
+            if _write_summary(settings, summarize_sweep(stale, store, reason), err):
+                print(f"slot {stale.slot!r}: sweep {stale.sweep_id} failed: {reason}", file=err)
+        assert record.sweep is not None
+        if record.sweep.state != "sharded":
             print(
-                f"slot {slot!r}: sweep {sweep_id} is {sweep.state} in the worker's state "
+                f"slot {slot!r}: sweep {sweep_id} is {record.sweep.state} in the worker's state "
                 f"({settings.state_location}); its summary run is not this command's to write",
                 file=err,
             )
-            return True
-        if done < count:
+            return EXIT_OK
+        if record.done < count:
             print(
-                f"slot {slot!r}: shard {index}/{count} recorded, {done} of {count} in "
+                f"slot {slot!r}: shard {index}/{count} recorded, {record.done} of {count} in "
                 f"{settings.state_location}; the last one writes the sweep's summary run",
                 file=err,
             )
-            return True
-        summary = summarize(sweep, store, time.time())
-        processor = _install_exporter(settings)
-        emit_summary_run(summary)
-        flushed = processor.force_flush(_FLUSH_TIMEOUT_S) and not processor.stats.dropped
-        processor.shutdown(timeout=1)
-        if not flushed:
-            print(
-                f"warning: the summary run of sweep {sweep_id} did not reach the collector at "
-                f"{settings.collector_otlp_endpoint}",
-                file=err,
-            )
-            return False
-        store.finish_shards(sweep_id, summary.to_json(), time.time())
+            return EXIT_OK
+        return _complete_slot(settings, store, record.sweep, count, err)
+    except ShardMismatch as exc:
+        print(f"afr eval run: slot {slot!r}: {exc}", file=err)
+        return EXIT_USAGE
     except Exception as exc:  # any failure here: the shard is run again, the cause said
-        # The engine scrubs the URL's password from its own errors; others say their type.
-        reason = str(exc) if isinstance(exc, StateStoreUnavailable) else type(exc).__name__
         print(
-            f"afr eval run: shard {index}/{count} of slot {slot!r} could not be recorded in "
-            f"the worker's state store ({settings.state_location}): {reason}",
+            f"afr eval run: shard {index}/{count} of slot {slot!r} could not be recorded",
             file=err,
         )
-        return False
+        return _state_failed(settings, exc, err)
     finally:
         if store is not None:
             store.close()
-    counts = ", ".join(f"{getattr(summary, s)} {s}" for s in ("passed", "failed", "errored"))
+
+
+def summarize_sweep(sweep: Sweep, store: StateStore, incomplete: str | None = None) -> SweepSummary:
+    """The sweep's summary from what its shards recorded; ``incomplete``: why it failed."""
+    summary = summarize(sweep, store, time.time())
+    summary.incomplete = incomplete
+    return summary
+
+
+def _write_summary(settings: WorkerSettings, summary: SweepSummary, err: TextIO) -> bool:
+    """Writes a sweep's summary run to the collector; False when it did not get there."""
+    processor = _install_exporter(settings)
+    emit_summary_run(summary)
+    flushed = processor.force_flush(_FLUSH_TIMEOUT_S) and not processor.stats.dropped
+    processor.shutdown(timeout=1)
+    if not flushed:
+        print(
+            f"warning: the summary run of sweep {summary.sweep_id} did not reach the collector "
+            f"at {settings.collector_otlp_endpoint}",
+            file=err,
+        )
+    return flushed
+
+
+def _complete_slot(
+    settings: WorkerSettings, store: StateStore, sweep: Sweep, count: int, err: TextIO
+) -> int:
+    """Every shard is recorded: the summary run, then the sweep finished (in that order, so
+    that a pod lost in between leaves it to the retry, which writes the same run again)."""
+    summary = summarize_sweep(sweep, store)
+    if not _write_summary(settings, summary, err):
+        return EXIT_UNRECORDED
+    finished = _with_retries(
+        lambda: store.finish_shards(sweep.sweep_id, summary.to_json(), time.time())
+    )
+    shards = f"all {count} shards" if count > 1 else "its one shard"
+    counts = ", ".join(f"{getattr(summary, s)} {s}" for s in STATUSES)
     print(
-        f"slot {slot!r}: {f'all {count} shards' if count > 1 else 'its one shard'} recorded; "
-        f"sweep {sweep_id} finished "
-        f"({summary.evals} evals: {counts}), summary run {summary.sweep_run_id}",
+        f"slot {sweep.slot!r}: {shards} recorded; sweep {sweep.sweep_id} "
+        f"{'finished' if finished else 'was finished already'} ({summary.evals} evals: "
+        f"{counts}), summary run {summary.sweep_run_id}",
         file=err,
     )
-    return True
+    return EXIT_OK
 
 
 def _report_export(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -425,8 +426,9 @@ def test_a_shard_run_twice_for_one_slot_is_stored_once(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A retried pod of the nightly Indexed Job runs its shard again for the same slot: each
-    eval's run has the same id and the same span ids, so the store holds it once."""
+    """A pod of the nightly Indexed Job lost after its runs reached the collector but before
+    its shard was recorded runs the shard again for the same slot: each eval's run has the
+    same id and the same span ids, so the store holds it once."""
     evals = tmp_path / "evals"
     documents = [variant(world.document, f"refund-desk #{n}") for n in range(4)]
     for document in documents:
@@ -435,13 +437,18 @@ def test_a_shard_run_twice_for_one_slot_is_stored_once(
     outcomes: list[dict[str, str]] = []
     with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
         configure(monkeypatch, world, model.base_url, tmp_path)
-        for _attempt in range(2):
+        monkeypatch.setattr(command, "_RECORD_RETRY_S", (0.0, 0.0))
+        for attempt in range(2):
+            if attempt == 0:
+                monkeypatch.setattr(StateStore, "record_shard", _state_lost)
             capsys.readouterr()
             code = eval_run(evals, "--shard", "0/2", "--slot", slot, "--json")
             out, err = capsys.readouterr()
-            assert code == 0, out + err
+            assert code == (3 if attempt == 0 else 0), out + err
             assert "eval runs recorded in the collector" in err
             outcomes.append({o["eval_id"]: o["eval_run_id"] for o in json.loads(out)})
+            monkeypatch.undo()
+            configure(monkeypatch, world, model.base_url, tmp_path)
         settings = WorkerSettings()
     first, second = outcomes
     assert first == second and len(first) == 2, "the same evals, under the same run ids"
@@ -464,6 +471,10 @@ def test_a_shard_run_twice_for_one_slot_is_stored_once(
     )
 
 
+def _state_lost(*args: Any, **kwargs: Any) -> Any:
+    raise StateStoreUnavailable("the state store at postgresql://afr:***@db/afr is unavailable")
+
+
 def test_the_shard_that_completes_a_slot_writes_the_sweeps_summary_run_once(
     world: World,
     tmp_path: Path,
@@ -484,22 +495,42 @@ def test_the_shard_that_completes_a_slot_writes_the_sweeps_summary_run_once(
         settings = WorkerSettings()
         sweep_id = slot_sweep_id(settings, slot)
         summary_run = sweep_trace_id(sweep_id).removeprefix("trace_")
-        # Shards 1 and 2 of 3, then shard 2 again (a pod retried after it had recorded).
-        for index, recorded in ((1, 1), (2, 2), (2, 2)):
+        for index, recorded in ((1, 1), (2, 2)):
             capsys.readouterr()
             assert eval_run(evals, "--shard", f"{index}/3", "--slot", slot) == 0
             err = capsys.readouterr().err
             assert f"shard {index}/3 recorded, {recorded} of 3 in" in err, err
             world.running.collector.flush()
             assert world.running.api(f"/api/v1/runs/{summary_run}").status_code == 404
-        assert eval_run(evals, "--shard", "0/3", "--slot", slot) == 0  # JOB_COMPLETION_INDEX 0
+        # Shard 2 again (its pod retried after it had recorded): nothing run, nothing paid.
+        served = model.turns_served
+        assert eval_run(evals, "--shard", "2/3", "--slot", slot) == 0
+        assert "shard 2/3 is recorded already (2 of 3); its evals are not run again" in (
+            capsys.readouterr().err
+        )
+        assert model.turns_served == served
+        # The last shard (JOB_COMPLETION_INDEX 0) writes the summary run, then its pod is
+        # lost before the sweep is marked finished: exit 3, and the retry finishes it.
+        monkeypatch.setattr(command, "_RECORD_RETRY_S", (0.0, 0.0))
+        monkeypatch.setattr(StateStore, "finish_shards", _state_lost)
+        assert eval_run(evals, "--shard", "0/3", "--slot", slot) == 3
+        capsys.readouterr()
+        monkeypatch.undo()
+        configure(monkeypatch, world, model.base_url, tmp_path)
+        assert world.running.run(summary_run)["run"]["kind"] == "sweep", "written before"
+        served = model.turns_served
+        assert eval_run(evals, "--shard", "3/3", "--slot", slot) == 0
         err = capsys.readouterr().err
+        assert "shard 3/3 is recorded already (3 of 3)" in err, err
         assert (
             f"all 3 shards recorded; sweep {sweep_id} finished (4 evals: 4 passed, 0 failed, "
-            f"0 errored), summary run {summary_run}"
+            f"0 inconclusive, 0 errored), summary run {summary_run}"
         ) in err, err
-        assert eval_run(evals, "--shard", "3/3", "--slot", slot) == 0, "retried after the end"
-        assert f"sweep {sweep_id} is finished" in capsys.readouterr().err
+        # Once more after the end: nothing run, nothing written.
+        assert eval_run(evals, "--shard", "1/3", "--slot", slot) == 0, "retried after the end"
+        err = capsys.readouterr().err
+        assert "shard 1/3 is recorded already (3 of 3)" in err and "summary run" not in err
+        assert model.turns_served == served
     expected = {d.id: eval_trace_id(sweep_id, d.id).removeprefix("trace_") for d in documents}
     stored = world.running.run(summary_run)
     assert (stored["run"]["kind"], stored["run"]["status"]) == ("sweep", "ok")
@@ -523,6 +554,50 @@ def test_the_shard_that_completes_a_slot_writes_the_sweeps_summary_run_once(
         sweep = store.get_sweep(sweep_id)
         assert sweep is not None and sweep.state == "finished" and sweep.summary is not None
         assert sweep.summary["sweep_run_id"] == summary_run
+    finally:
+        store.close()
+
+
+def test_a_night_whose_shards_never_all_recorded_gets_an_errored_summary_run(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One shard of two records, the other never does (its retries used up). The next
+    night's first shard, past AFR_SWEEP_TIMEOUT_S, fails that sweep and writes its summary
+    run, errored, so `kind=sweep&status=error` lists the bad night."""
+    evals = tmp_path / "evals"
+    for n in range(2):
+        write_eval(variant(world.document, f"half #{n}"), evals)
+    monkeypatch.setenv("AFR_SWEEP_TIMEOUT_S", "3600")
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path)
+        settings = WorkerSettings()
+        bad_night, next_night = "afr-sweep-29410565", "afr-sweep-29412005"
+        assert eval_run(evals, "--shard", "1/2", "--slot", bad_night) == 0
+        bad_sweep = slot_sweep_id(settings, bad_night)
+        # A day goes by (the state's clock is the wall clock: its record is made older).
+        with sqlite3.connect(settings.state_path) as db:
+            db.execute(
+                "UPDATE sweeps SET created_at = created_at - 86400 WHERE sweep_id = ?",
+                (bad_sweep,),
+            )
+        db.close()
+        capsys.readouterr()
+        assert eval_run(evals, "--shard", "1/2", "--slot", next_night) == 0
+        err = capsys.readouterr().err
+        assert f"slot {bad_night!r}: sweep {bad_sweep} failed: only 1 of 2 shards recorded" in err
+    stored = world.running.run(sweep_trace_id(bad_sweep).removeprefix("trace_"))
+    assert (stored["run"]["kind"], stored["run"]["status"]) == ("sweep", "error")
+    (summary,) = [s for s in stored["spans"] if s["name"] == "sweep.summary"]
+    assert "incomplete: only 1 of 2 shards recorded" in summary["status"]["message"]
+    store = StateStore(settings.state_path)
+    try:
+        failed = store.get_sweep(bad_sweep)
+        assert failed is not None and failed.state == "failed"
+        following = store.get_sweep(slot_sweep_id(settings, next_night))
+        assert following is not None and following.state == "sharded"
     finally:
         store.close()
 
@@ -592,22 +667,26 @@ def test_a_shard_whose_record_fails_exits_3_and_its_retry_completes_the_slot(
     """The state store lost between the eval runs and the shard's record: exit 3 (the Job
     runs the shard again), and the retry records it."""
     real = StateStore.record_shard
-
-    def lost(*args: Any, **kwargs: Any) -> Any:
-        raise StateStoreUnavailable("the state store at postgresql://afr:***@db/afr is unavailable")
-
     slot = "afr-sweep-29410564"
     with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
         configure(monkeypatch, world, model.base_url, tmp_path)
+        monkeypatch.setattr(command, "_RECORD_RETRY_S", (0.0, 0.0))
+        tries: list[int] = []
+
+        def lost(*args: Any, **kwargs: Any) -> Any:
+            tries.append(1)
+            return _state_lost()
+
         monkeypatch.setattr(StateStore, "record_shard", lost)
         capsys.readouterr()
         assert eval_run(world.evals, "--slot", slot) == 3
         err = capsys.readouterr().err
         assert "eval runs recorded in the collector" in err
         assert (
-            f"afr eval run: shard 1/1 of slot {slot!r} could not be recorded in the worker's "
-            "state store"
+            f"afr eval run: shard 1/1 of slot {slot!r} could not be recorded\n"
+            "afr eval run: the state store at postgresql://afr:***@db/afr is unavailable"
         ) in err
+        assert len(tries) == 3, "tried three times before giving up"
         monkeypatch.setattr(StateStore, "record_shard", real)
         assert eval_run(world.evals, "--slot", slot) == 0
         assert f"slot {slot!r}: its one shard recorded; sweep" in capsys.readouterr().err

@@ -133,8 +133,9 @@ def _record_a_shard(
     store = StateStore(where)
     barrier.wait()
     results = [(f"eval_{n}", "passed", f"run_{n}", {"cost_usd": 0.25})]
-    sweep, done = store.record_shard("sweep_shards", "job-1", (n + 1, REPLICAS), results, T0, T0)
-    out.put((n, sweep.state, done))
+    record = store.record_shard("sweep_shards", "job-1", (n + 1, REPLICAS), results, T0, T0)
+    assert record.sweep is not None
+    out.put((n, record.sweep.state, record.done))
     store.close()
 
 

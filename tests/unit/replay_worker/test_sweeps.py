@@ -28,7 +28,7 @@ from replay_worker.scheduler import (
     parse_schedule,
 )
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import SWEEP_MAX_ATTEMPTS, Owner, StateStore, Sweep
+from replay_worker.state import SWEEP_MAX_ATTEMPTS, Owner, ShardMismatch, StateStore, Sweep
 from replay_worker.sweeps import SweepLost, SweepSummary, run_sweep, sweep_trace_id
 from replay_worker.trigger import signed_headers
 from tests.unit.replay_worker.test_eval_contract import document
@@ -182,6 +182,13 @@ def test_a_slot_has_one_owner_and_a_dead_owners_slot_is_resumed(state_at: Path |
     assert left.last_sweep() == done
 
 
+def shard(store: StateStore, *args: Any, **kwargs: Any) -> tuple[Sweep, int]:
+    """record_shard's sweep and count of shards recorded."""
+    record = store.record_shard(*args, **kwargs)
+    assert record.sweep is not None and record.recorded
+    return record.sweep, record.done
+
+
 def test_the_shards_of_a_slot_are_recorded_once_and_the_last_one_completes_it(
     state_at: Path | str,
 ) -> None:
@@ -189,7 +196,8 @@ def test_the_shards_of_a_slot_are_recorded_once_and_the_last_one_completes_it(
     outcomes once however often it is retried; the one that completes the set learns it, and
     no worker ever claims the slot."""
     left, right = stores(state_at)
-    first, done = left.record_shard(
+    first, done = shard(
+        left,
         "sweep_k",
         "afr-sweep-1",
         (2, 3),
@@ -199,8 +207,8 @@ def test_the_shards_of_a_slot_are_recorded_once_and_the_last_one_completes_it(
     )
     assert (first.state, first.trigger, first.started_at, done) == ("sharded", "shards", T0 + 5, 1)
     # Shard 2 retried (a pod lost after recording): nothing twice, its first record kept.
-    again, done = right.record_shard(
-        "sweep_k", "afr-sweep-1", (2, 3), [("eval_b", "failed", "rX", {})], T0 + 70, T0 + 90
+    again, done = shard(
+        right, "sweep_k", "afr-sweep-1", (2, 3), [("eval_b", "failed", "rX", {})], T0 + 70, T0 + 90
     )
     assert (
         again.state == "sharded"
@@ -208,12 +216,12 @@ def test_the_shards_of_a_slot_are_recorded_once_and_the_last_one_completes_it(
         and [(r.eval_id, r.status) for r in left.sweep_results("sweep_k")] == [("eval_b", "passed")]
     )
     assert right.claim_sweep(B, T0 + 100, lease_s=30) is None, "a sharded slot is no worker's"
-    _, done = right.record_shard(
-        "sweep_k", "afr-sweep-1", (1, 3), [("eval_a", "errored", None, {})], T0, T0 + 120
+    _, done = shard(
+        right, "sweep_k", "afr-sweep-1", (1, 3), [("eval_a", "errored", None, {})], T0, T0 + 120
     )
     assert done == 2
-    last, done = left.record_shard(
-        "sweep_k", "afr-sweep-1", (3, 3), [("eval_c", "passed", "rc", {})], T0 + 2, T0 + 150
+    last, done = shard(
+        left, "sweep_k", "afr-sweep-1", (3, 3), [("eval_c", "passed", "rc", {})], T0 + 2, T0 + 150
     )
     assert (last.state, done, last.started_at) == ("sharded", 3, T0), "the earliest start"
     assert sorted(r.eval_id for r in right.sweep_results("sweep_k")) == [
@@ -223,32 +231,96 @@ def test_the_shards_of_a_slot_are_recorded_once_and_the_last_one_completes_it(
     ]
     assert left.finish_shards("sweep_k", {"passed": 2, "errored": 1}, T0 + 160)
     assert not right.finish_shards("sweep_k", {}, T0 + 170), "finished once"
-    finished, done = right.record_shard("sweep_k", "afr-sweep-1", (3, 3), [], T0, T0 + 200)
+    finished, done = shard(right, "sweep_k", "afr-sweep-1", (3, 3), [], T0, T0 + 200)
     assert (finished.state, finished.summary, done) == ("finished", {"passed": 2, "errored": 1}, 3)
     assert left.last_sweep() == finished
     assert left.sweep_counts()["finished"] == 1
 
 
-def test_a_state_of_the_previous_schema_gains_the_shards_table(state_at: Path | str) -> None:
-    """A worker state written before sharded slots (schema 1) is upgraded when opened."""
+def test_a_shard_with_another_count_is_refused_and_a_workers_sweep_is_left_alone(
+    state_at: Path | str,
+) -> None:
+    store = StateStore(state_at)
+    store.record_shard("sweep_n", "job-2", (1, 4), [("eval_a", "passed", "ra", {})], T0, T0)
+    with pytest.raises(ShardMismatch, match="same N"):
+        store.record_shard("sweep_n", "job-2", (1, 1), [("eval_b", "passed", "rb", {})], T0, T0)
+    with pytest.raises(ShardMismatch):
+        store.shard_status("sweep_n", (2, 3))
+    assert [r.eval_id for r in store.sweep_results("sweep_n")] == ["eval_a"], "nothing of it"
+    # A slot a worker runs (the same label, scheduled): shards record nothing into it.
+    store.submit_sweep("sweep_w", "2026-12-01T03:00:00Z", "schedule", T0)
+    assert store.claim_sweep(A, T0, lease_s=30) is not None
+    record = store.record_shard("sweep_w", "x", (1, 1), [("eval_c", "failed", "rc", {})], T0, T0)
+    assert record.sweep is not None and record.sweep.state == "running" and not record.recorded
+    assert store.sweep_results("sweep_w") == []
+    status = store.shard_status("sweep_none", (1, 2))
+    assert (status.sweep, status.done, status.recorded) == (None, 0, False)
+    store.close()
+
+
+def test_a_night_whose_shards_never_all_recorded_is_failed_by_a_later_first_shard(
+    state_at: Path | str,
+) -> None:
+    store = StateStore(state_at)
+    day = 24 * 3600.0
+    store.record_shard("sweep_d1", "job-d1", (1, 2), [("eval_a", "passed", "ra", {})], T0, T0)
+    # The next night's first shard, past the timeout, fails the night before.
+    store.record_shard("sweep_d2", "job-d2", (1, 2), [], T0 + day, T0 + day, stale_after_s=3600)
+    old = store.get_sweep("sweep_d1")
+    assert old is not None and old.state == "failed"
+    assert old.error == {
+        "kind": "incomplete",
+        "reason": "1 of 2 shards recorded before the sweep timed out",
+    }
+    # A shard of the failed night that comes back late records nothing and finishes nothing.
+    late = store.record_shard(
+        "sweep_d1", "job-d1", (2, 2), [("eval_b", "passed", "rb", {})], T0, T0 + day
+    )
+    assert late.sweep is not None and late.sweep.state == "failed" and late.done == 1
+    record = store.record_shard(
+        "sweep_d3", "job-d3", (1, 2), [], T0 + 2 * day, T0 + 2 * day, stale_after_s=3600
+    )
+    ((stale, done, count),) = record.stale
+    assert (stale.sweep_id, done, count) == ("sweep_d2", 1, 2)
+    store.close()
+
+
+def test_a_state_of_the_previous_release_gains_the_shards_table_and_stays_readable_by_it(
+    state_at: Path | str,
+) -> None:
+    """A worker state written before sharded slots gains their table when opened, and keeps
+    the schema version the previous release accepts (it refuses a higher one): replicas of
+    both releases share it during a rolling update, and a rollback still starts."""
     StateStore(state_at).close()
     if isinstance(state_at, Path):
         import sqlite3
 
+        def versions() -> list[Any]:
+            with sqlite3.connect(state_at) as db:
+                found = [db.execute("PRAGMA user_version").fetchone()[0]]
+            db.close()
+            return found
+
         with sqlite3.connect(state_at) as db:
             db.execute("DROP TABLE sweep_shards")
-            db.execute("PRAGMA user_version=1")
         db.close()
+        expected: list[Any] = [1]
     else:
         import psycopg
 
+        def versions() -> list[Any]:
+            with psycopg.connect(state_at) as conn:
+                return conn.execute("SELECT key, value FROM afr_state_meta ORDER BY key").fetchall()
+
         with psycopg.connect(state_at, autocommit=True) as conn:
             conn.execute("DROP TABLE sweep_shards")
-            conn.execute("UPDATE afr_state_meta SET value = 1 WHERE key = 'schema_version'")
+            conn.execute("DELETE FROM afr_state_meta WHERE key = 'schema_level'")  # as 0.1.0
+        expected = [("schema_level", 2), ("schema_version", 1)]
     upgraded = StateStore(state_at)
-    _, done = upgraded.record_shard("sweep_u", "s", (1, 1), [("e", "passed", "r", {})], T0, T0)
+    _, done = shard(upgraded, "sweep_u", "s", (1, 1), [("e", "passed", "r", {})], T0, T0)
     assert done == 1
     upgraded.close()
+    assert versions() == expected
 
 
 def test_slots_survive_a_restart_and_a_dead_worker_of_this_host_is_recovered_at_once(
