@@ -690,3 +690,23 @@ def test_a_shard_whose_record_fails_exits_3_and_its_retry_completes_the_slot(
         monkeypatch.setattr(StateStore, "record_shard", real)
         assert eval_run(world.evals, "--slot", slot) == 0
         assert f"slot {slot!r}: its one shard recorded; sweep" in capsys.readouterr().err
+
+
+def test_a_state_written_by_a_newer_afr_exits_2_with_the_reason(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No retry mends it (exit 2, the Job fails), and it says what to do."""
+    configure(monkeypatch, world, "http://127.0.0.1:9", tmp_path)
+    state = WorkerSettings().state_path
+    state.parent.mkdir(parents=True)
+    with sqlite3.connect(state) as db:
+        db.execute("PRAGMA user_version=99")
+    db.close()
+    capsys.readouterr()
+    assert eval_run(world.evals, "--slot", "afr-sweep-29410566") == 2
+    err = capsys.readouterr().err
+    assert "was written by a newer afr (state schema 99); upgrade afr" in err
+    assert "Traceback" not in err
