@@ -20,6 +20,7 @@ import pytest
 from collector.model import SpanRecord, encode_rows
 from collector.store.client import ClickHouseStore
 from collector.store.reader import RunFilter, RunReader, decode_cursor
+from tests.records import span_record
 
 NS = 1_000_000_000
 BASE_NS = 1_700_000_000 * NS
@@ -56,30 +57,18 @@ GROUP BY TraceId
 def _span(
     project: str, trace_id: str, index: int, parent: str, start_ns: int, **fields: Any
 ) -> SpanRecord:
-    record = SpanRecord(
+    record = span_record(
         project_id=project,
         timestamp_ns=start_ns,
         trace_id=trace_id,
         span_id=f"{index:016x}",
         parent_span_id=parent,
-        trace_state="",
         span_name=fields.pop("span_name", f"span {index}"),
-        span_kind="Internal",
-        service_name="svc",
         resource_attributes={},
         scope_name="test",
-        scope_version="",
         span_attributes=fields.pop("span_attributes", {}),
         duration_ns=fields.pop("duration_ns", NS // 10),
         status_code=fields.pop("status_code", "Unset"),
-        status_message="",
-        event_timestamps=[],
-        event_names=[],
-        event_attributes=[],
-        link_trace_ids=[],
-        link_span_ids=[],
-        link_trace_states=[],
-        link_attributes=[],
         ingested_ns=fields.pop("ingested_ns", BASE_NS),
     )
     for name, value in fields.items():
