@@ -314,8 +314,8 @@ def _shards(tx: Tx, sweep_id: str, shard: tuple[int, int]) -> tuple[int, bool]:
     other = {n for n, _ in rows if n != count}
     if other:
         raise ShardMismatch(
-            f"its shards were recorded as 1/{min(other)}..{min(other)}/{min(other)}, "
-            f"not as /{count}: every shard of a slot needs the same N"
+            f"its shards were recorded as shards of {min(other)}, and this is shard "
+            f"{index}/{count}: every shard of a slot needs the same N"
         )
     return len(rows), any(i == index for _, i in rows)
 

@@ -559,7 +559,7 @@ def _record_shard(
         )
         for stale, stale_done, stale_count in record.stale:
             reason = f"only {stale_done} of {stale_count} shards recorded"
-            if _write_summary(settings, summarize_sweep(stale, store, reason), err):
+            if _write_summary(settings, _summarize_sweep(stale, store, reason), err):
                 print(f"slot {stale.slot!r}: sweep {stale.sweep_id} failed: {reason}", file=err)
         assert record.sweep is not None
         if record.sweep.state != "sharded":
@@ -591,7 +591,9 @@ def _record_shard(
             store.close()
 
 
-def summarize_sweep(sweep: Sweep, store: StateStore, incomplete: str | None = None) -> SweepSummary:
+def _summarize_sweep(
+    sweep: Sweep, store: StateStore, incomplete: str | None = None
+) -> SweepSummary:
     """The sweep's summary from what its shards recorded; ``incomplete``: why it failed."""
     summary = summarize(sweep, store, time.time())
     summary.incomplete = incomplete
@@ -618,7 +620,7 @@ def _complete_slot(
 ) -> int:
     """Every shard is recorded: the summary run, then the sweep finished (in that order, so
     that a pod lost in between leaves it to the retry, which writes the same run again)."""
-    summary = summarize_sweep(sweep, store)
+    summary = _summarize_sweep(sweep, store)
     if not _write_summary(settings, summary, err):
         return EXIT_UNRECORDED
     finished = _with_retries(
