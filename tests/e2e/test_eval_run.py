@@ -530,6 +530,9 @@ def test_the_shard_that_completes_a_slot_writes_the_sweeps_summary_run_once(
         assert eval_run(evals, "--shard", "1/3", "--slot", slot) == 0, "retried after the end"
         err = capsys.readouterr().err
         assert "shard 1/3 is recorded already (3 of 3)" in err and "summary run" not in err
+        # A pod of the same slot with another N is bad input: refused before it runs.
+        assert eval_run(evals, "--shard", "1/2", "--slot", slot) == 2
+        assert "every shard of a slot needs the same N" in capsys.readouterr().err
         assert model.turns_served == served
     expected = {d.id: eval_trace_id(sweep_id, d.id).removeprefix("trace_") for d in documents}
     stored = world.running.run(summary_run)
