@@ -342,3 +342,27 @@ def test_a_sweep_pod_is_retried_only_when_a_retry_can_help() -> None:
     }
     assert actions == {(1,): "FailIndex", (2,): "FailJob"}
     assert pod_spec(by_kind("CronJob")["afr-sweep"])["restartPolicy"] == "Never"
+
+
+def test_the_sweep_pods_share_the_workers_state_so_the_last_shard_completes_the_night() -> None:
+    """ADR 26: each pod records its shard in the worker's state store and the last one
+    writes the summary run; a pod with its own SQLite file would never see the others."""
+    cron = by_kind("CronJob")["afr-sweep"]
+    (sweep,) = pod_spec(cron)["containers"]
+    directory = env_value(sweep, "AFR_WORKER_SECRETS_DIR")
+    assert directory is not None
+    assert "AFR_WORKER_STATE_URL" in mounted_secret_files(cron, sweep, directory)
+    worker = by_kind("Deployment")["afr-worker"]
+    (container,) = pod_spec(worker)["containers"]
+    worker_directory = env_value(container, "AFR_WORKER_SECRETS_DIR")
+    assert worker_directory is not None
+    assert "AFR_WORKER_STATE_URL" in mounted_secret_files(worker, container, worker_directory)
+    # One Secret holds it for both.
+    volumes = {v["name"]: v for v in pod_spec(cron)["volumes"]}
+    (mount,) = [m for m in sweep["volumeMounts"] if m["mountPath"] == directory]
+    worker_volumes = {v["name"]: v for v in pod_spec(worker)["volumes"]}
+    (worker_mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == worker_directory]
+    assert (
+        volumes[mount["name"]]["secret"]["secretName"]
+        == worker_volumes[worker_mount["name"]]["secret"]["secretName"]
+    )
