@@ -114,7 +114,9 @@ class WorkerSettings(SecretsDirSettings):
         gt=0,
         validation_alias=AliasChoices("AFR_SWEEP_TIMEOUT_S", "AFR_WORKER_SWEEP_TIMEOUT_S"),
     )
-    """A sweep process still running after this is killed; the slot is retried (resuming)."""
+    """A sweep process still running after this is killed; the slot is retried (resuming).
+    A slot run as shards whose shards have not all recorded after this is failed by a later
+    slot's first shard (ADR 26)."""
 
     @field_validator("state_url", mode="after")
     @classmethod
