@@ -40,6 +40,7 @@ from replay_worker.state_engines import (
     Engine,
     PostgresEngine,
     SQLiteEngine,
+    StateSchemaTooNew,
     StateStoreUnavailable,
     Tx,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "Owner",
     "ShardMismatch",
     "ShardRecord",
+    "StateSchemaTooNew",
     "StateStore",
     "StateStoreUnavailable",
     "Sweep",

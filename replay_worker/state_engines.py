@@ -42,6 +42,7 @@ __all__ = [
     "Engine",
     "PostgresEngine",
     "SQLiteEngine",
+    "StateSchemaTooNew",
     "StateStoreUnavailable",
     "Tx",
     "redact_url",
@@ -145,6 +146,10 @@ def _schema(text_type: str) -> list[str]:
     return [s for s in _SCHEMA.format(text=text_type).split(";") if s.strip()]
 
 
+class StateSchemaTooNew(RuntimeError):
+    """The state was written by a newer afr (a higher schema version): no retry mends it."""
+
+
 class StateStoreUnavailable(RuntimeError):
     """The state store cannot be reached (a PostgreSQL server down, refusing the login, the
     connection lost). The message says where, never with the password."""
@@ -238,7 +243,7 @@ class SQLiteEngine:
     def _create_schema(self, tx: Tx) -> None:
         (version,) = tx.one("PRAGMA user_version") or (0,)
         if version > SCHEMA_VERSION:
-            raise RuntimeError(
+            raise StateSchemaTooNew(
                 f"{self.path} was written by a newer afr (state schema {version}); upgrade afr"
             )
         for statement in _schema("TEXT"):
@@ -372,7 +377,7 @@ class PostgresEngine:
 
     def _check_version(self, version: int | None) -> None:
         if version is not None and version > SCHEMA_VERSION:
-            raise RuntimeError(
+            raise StateSchemaTooNew(
                 f"{self.location} was written by a newer afr (state schema {version}); upgrade afr"
             )
 

@@ -172,9 +172,12 @@ class SweepSummary:
         }
 
 
-def summarize(sweep: Sweep, store: StateStore, now: float) -> SweepSummary:
-    """The summary of every eval recorded for the sweep, across all of its attempts."""
-    summary = SweepSummary(sweep.sweep_id, sweep.slot, sweep.trigger, "")
+def summarize(
+    sweep: Sweep, store: StateStore, now: float, *, incomplete: str | None = None
+) -> SweepSummary:
+    """The summary of every eval recorded for the sweep, across all of its attempts;
+    ``incomplete``: why it ended before every eval was recorded."""
+    summary = SweepSummary(sweep.sweep_id, sweep.slot, sweep.trigger, "", incomplete=incomplete)
     summary.sweep_run_id = sweep_trace_id(sweep.sweep_id).removeprefix("trace_")
     for recorded in sorted(store.sweep_results(sweep.sweep_id), key=lambda r: r.eval_id):
         status = recorded.status if recorded.status in STATUSES else "errored"

@@ -51,6 +51,7 @@ from replay_worker.settings import WorkerSettings
 from replay_worker.state import (
     ShardMismatch,
     ShardRecord,
+    StateSchemaTooNew,
     StateStore,
     StateStoreUnavailable,
     Sweep,
@@ -488,15 +489,18 @@ def _with_retries(call: Callable[[], T]) -> T:
 
 
 def _state_failed(settings: WorkerSettings, exc: BaseException, err: TextIO) -> int:
-    """The worker's state store failed: exit 3 when it may come back (unreachable, busy),
-    2 when no retry can mend it (a state written by a newer afr)."""
-    if isinstance(exc, StateStoreUnavailable):  # its message never holds the password
-        print(f"afr eval run: {exc}", file=err)
-        return EXIT_UNRECORDED
-    # Others say their type, and the message of afr's own refusals only.
-    reason = f"{exc}" if type(exc) is RuntimeError else type(exc).__name__
-    print(f"afr eval run: the worker's state store ({settings.state_location}): {reason}", file=err)
-    return EXIT_USAGE if type(exc) is RuntimeError else EXIT_UNRECORDED
+    """The worker's state store failed: exit 2 when no retry can mend it (a state written by
+    a newer afr), else 3 (unreachable, busy, anything else: the shard is worth running
+    again)."""
+    if isinstance(exc, StateSchemaTooNew | StateStoreUnavailable):
+        print(f"afr eval run: {exc}", file=err)  # their messages never hold the password
+        return EXIT_USAGE if isinstance(exc, StateSchemaTooNew) else EXIT_UNRECORDED
+    # Others say only their type: a driver's message may quote the URL.
+    print(
+        f"afr eval run: the worker's state store ({settings.state_location}): {type(exc).__name__}",
+        file=err,
+    )
+    return EXIT_UNRECORDED
 
 
 def _recorded_shard(
@@ -559,7 +563,9 @@ def _record_shard(
         )
         for stale, stale_done, stale_count in record.stale:
             reason = f"only {stale_done} of {stale_count} shards recorded"
-            if _write_summary(settings, _summarize_sweep(stale, store, reason), err):
+            if _write_summary(
+                settings, summarize(stale, store, time.time(), incomplete=reason), err
+            ):
                 print(f"slot {stale.slot!r}: sweep {stale.sweep_id} failed: {reason}", file=err)
         assert record.sweep is not None
         if record.sweep.state != "sharded":
@@ -591,15 +597,6 @@ def _record_shard(
             store.close()
 
 
-def _summarize_sweep(
-    sweep: Sweep, store: StateStore, incomplete: str | None = None
-) -> SweepSummary:
-    """The sweep's summary from what its shards recorded; ``incomplete``: why it failed."""
-    summary = summarize(sweep, store, time.time())
-    summary.incomplete = incomplete
-    return summary
-
-
 def _write_summary(settings: WorkerSettings, summary: SweepSummary, err: TextIO) -> bool:
     """Writes a sweep's summary run to the collector; False when it did not get there."""
     processor = _install_exporter(settings)
@@ -620,7 +617,7 @@ def _complete_slot(
 ) -> int:
     """Every shard is recorded: the summary run, then the sweep finished (in that order, so
     that a pod lost in between leaves it to the retry, which writes the same run again)."""
-    summary = _summarize_sweep(sweep, store)
+    summary = summarize(sweep, store, time.time())
     if not _write_summary(settings, summary, err):
         return EXIT_UNRECORDED
     finished = _with_retries(
