@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import sqlite3
 import threading
@@ -22,7 +23,15 @@ from pathlib import Path
 
 from collector.errors import Unauthenticated
 
-__all__ = ["DEFAULT_PROJECT", "Authenticator", "KeyInfo", "KeyStore"]
+__all__ = [
+    "DEFAULT_PROJECT",
+    "Authenticator",
+    "CreatedSqlUser",
+    "KeyInfo",
+    "KeyStore",
+    "SqlUserInfo",
+    "SqlUserStore",
+]
 
 logger = logging.getLogger("afr.collector.auth")
 
@@ -145,3 +154,111 @@ class Authenticator:
             self._cache.clear()
         self._cache[key_digest] = (project, now + _CACHE_TTL_S)
         return project
+
+
+SQL_PASSWORD_PREFIX = "afrsql_"  # noqa: S105 - a prefix that tells the password's kind, not a secret
+_SQL_USER = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_SQL_PROJECT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class SqlUserInfo:
+    user: str
+    project: str
+    last4: str
+    created_at: str
+    revoked_at: str | None
+
+
+@dataclass(frozen=True)
+class CreatedSqlUser:
+    user: str
+    project: str
+    password: str
+    """The only time it exists in the clear: shown once, then only its digest is kept."""
+    password_sha256: str
+
+
+class SqlUserStore:
+    """SQL credentials bound to one project (``afr sql-users``): a user name, the SHA-256 of a
+    high-entropy password, the project, in the keys' SQLite file. Every query of such a user
+    sees only its project's rows (collector/sqlapi/tenancy.py on the embedded store, row
+    policies on a ClickHouse server)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._path = path
+        self._local = threading.local()
+        with self._connect() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS sql_users (user TEXT PRIMARY KEY, digest TEXT NOT NULL,"
+                " project TEXT NOT NULL, last4 TEXT NOT NULL, created_at TEXT NOT NULL,"
+                " revoked_at TEXT)"
+            )
+        path.chmod(0o600)
+
+    def _connect(self) -> sqlite3.Connection:
+        connection: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if connection is None:
+            connection = sqlite3.connect(self._path, timeout=5, isolation_level=None)
+            self._local.db = connection
+        return connection
+
+    def create(
+        self, project: str, user: str | None = None, *, replace: bool = False
+    ) -> CreatedSqlUser:
+        """A new credential for ``project``. ``user`` defaults to ``<project>_<8 hex>``; with
+        ``replace`` a credential of that name is replaced (its old password stops working)."""
+        _check_project(project)
+        name = user or f"{project.replace('-', '_')}_{secrets.token_hex(4)}"
+        if not _SQL_USER.match(name):
+            raise ValueError(
+                "SQL user names start with a letter, then up to 63 letters, digits, '-' or '_'"
+            )
+        password = SQL_PASSWORD_PREFIX + secrets.token_urlsafe(32)
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        db = self._connect()
+        existing = db.execute("SELECT project FROM sql_users WHERE user = ?", (name,)).fetchone()
+        if existing is not None and not replace:
+            raise ValueError(f"the SQL user {name!r} exists already (revoke it, or pick a name)")
+        db.execute(
+            "INSERT OR REPLACE INTO sql_users (user, digest, project, last4, created_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (name, digest(password), project, password[-4:], now),
+        )
+        return CreatedSqlUser(name, project, password, digest(password))
+
+    def list(self) -> list[SqlUserInfo]:
+        rows = self._connect().execute(
+            "SELECT user, project, last4, created_at, revoked_at FROM sql_users ORDER BY created_at"
+        )
+        return [SqlUserInfo(u, p, l4, c, r) for u, p, l4, c, r in rows]
+
+    def revoke(self, user: str) -> bool:
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        cursor = self._connect().execute(
+            "UPDATE sql_users SET revoked_at = ? WHERE user = ? AND revoked_at IS NULL", (now, user)
+        )
+        return cursor.rowcount > 0
+
+    def project_for(self, user: str, password: str) -> str | None:
+        """The project of an active credential whose password is ``password``; None otherwise
+        (the digests are compared in constant time, also when the user is unknown)."""
+        row = (
+            self._connect()
+            .execute(
+                "SELECT digest, project FROM sql_users WHERE user = ? AND revoked_at IS NULL",
+                (user,),
+            )
+            .fetchone()
+        )
+        stored = row[0] if row is not None else "0" * 64
+        matches = hmac.compare_digest(stored, digest(password))
+        return str(row[1]) if row is not None and matches else None
+
+
+def _check_project(project: str) -> None:
+    if not _SQL_PROJECT.match(project):
+        raise ValueError(
+            "SQL credentials are for projects named with 1-128 ASCII letters, digits, '-' or '_'"
+        )

@@ -113,8 +113,21 @@ class CollectorSettings(SecretsDirSettings):
     sql_max_result_bytes: int | None = Field(default=256 * MiB, ge=1024)
     """Cap on a result's size in the engine (uncompressed blocks); None: no cap."""
     sql_max_result_rows: int | None = Field(default=None, ge=1)
-    sql_max_concurrency: int = Field(default=2, ge=1, le=64)
-    """Queries running at once; one more is answered 503 (TOO_MANY_SIMULTANEOUS_QUERIES)."""
+    sql_max_concurrency: int | None = Field(default=None, ge=1, le=256)
+    """Queries running at once (ClickHouse's ``max_concurrent_queries``); unset: two per core,
+    no more than ``sql_memory_budget_bytes`` holds at ``sql_max_memory_bytes`` each, at least
+    two. A query that finds every slot taken waits in the queue (``sql_queue_max_wait_ms``)."""
+    sql_max_concurrency_per_user: int | None = Field(default=None, ge=1, le=256)
+    """Slots one user (credential) may hold at once; unset: all but one, so another user
+    always finds a slot coming free for it."""
+    sql_memory_budget_bytes: int | None = Field(default=None, ge=16 * MiB)
+    """Memory the SQL interface's queries may use together; unset: a quarter of the machine's
+    (or the container's) memory."""
+    sql_queue_max_wait_ms: int = Field(default=10_000, ge=0, le=600_000)
+    """How long a query waits for a slot before it is refused (503,
+    TOO_MANY_SIMULTANEOUS_QUERIES); 0: refused at once, as ClickHouse does by default."""
+    sql_max_queued: int = Field(default=256, ge=1, le=100_000)
+    """Queries waiting at once (one user: half of it); one more is refused at once."""
     sql_max_query_bytes: int = Field(default=MiB, ge=1024, le=64 * MiB)
 
     @model_validator(mode="after")

@@ -48,6 +48,9 @@ from afr.grafana.queries import (
     SPANS,
     SUMMARY,
     TRACE_BOUNDS,
+    TRACE_SEARCH_LIMIT,
+    TRACE_SPAN_LIMIT,
+    TRACES,
     USAGE,
     VERDICT,
     VERDICTS,
@@ -61,6 +64,7 @@ from afr.grafana.queries import (
     window_spans,
 )
 from afr_exporter import semconv as sc
+from collector.store.schema import TRACES_VIEW
 
 __all__ = ["EVALS_UID", "RUNS_UID", "RUN_UID", "TOOLS_UID", "build_all", "main", "write_all"]
 
@@ -151,11 +155,12 @@ def _table(
     overrides: list[dict[str, Any]],
     *,
     defaults: dict[str, Any] | None = None,
+    fmt_extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return panel(
         "table",
         title,
-        [target(sql, FORMAT_TABLE)],
+        [target(sql, FORMAT_TABLE, **(fmt_extra or {}))],
         description=description,
         defaults={
             "custom": {"align": "auto", "inspect": True, "filterable": True},
@@ -368,7 +373,7 @@ SELECT
     TraceId AS traceID,
     SpanId AS spanID,
     ParentSpanId AS parentSpanID,
-    if(AgentName != '', AgentName, ServiceName) AS serviceName,
+    ServiceName AS serviceName,
     SpanName AS operationName,
     multiply(toUnixTimestamp64Nano(Timestamp), 0.000001) AS startTime,
     multiply(Duration, 0.000001) AS duration,
@@ -388,32 +393,110 @@ SELECT
     ScopeName AS instrumentationLibraryName,
     ScopeVersion AS instrumentationLibraryVersion,
     TraceState AS traceState
-FROM {RUN_SPANS_FINAL}
+FROM {TRACES}
 WHERE {_RUN_SPANS}
 ORDER BY startTime
+LIMIT {TRACE_SPAN_LIMIT}
 """
-"""The plugin's trace-ID query in OTel mode (sqlGenerator.ts ``generateTraceIdQuery``) with
-FINAL and the project: each span once, one tenant. A span's service is its agent."""
+"""The plugin's trace-ID query in OTel mode (sqlGenerator.ts ``generateTraceIdQuery``) on the
+trace view (each span once; a span's service is its agent, as in Explore), within the run's
+project and time bounds, and bounded."""
 
 # How the plugin's query builder describes the same trace query: kept on the target so that
-# switching the panel to the builder opens the OTel trace-ID mode on the spans table.
-_TRACE_BUILDER = {
+# switching the panel to the builder opens the OTel trace-ID mode on the trace view.
+_TRACE_META: dict[str, Any] = {
+    "isTraceIdMode": True,
+    "traceId": "${run_id}",
+    "otelEnabled": True,
+    "otelVersion": "latest",
+    "traceDurationUnit": "nanoseconds",
+    "hasTraceTimestampTable": True,
+    "traceTimestampTableSuffix": "_trace_id_ts",
+    "flattenNested": False,
+    "traceEventsColumnPrefix": "Events",
+    "traceLinksColumnPrefix": "Links",
+}
+_TRACE_BUILDER: dict[str, Any] = {
     "database": "${database}",
-    "table": "otel_traces",
+    "table": TRACES_VIEW,
     "queryType": "traces",
     "mode": "list",
-    "meta": {
-        "isTraceIdMode": True,
-        "traceId": "${run_id}",
-        "otelEnabled": True,
-        "otelVersion": "latest",
-        "traceDurationUnit": "nanoseconds",
-        "hasTraceTimestampTable": True,
-        "traceTimestampTableSuffix": "_trace_id_ts",
-        "flattenNested": False,
-        "traceEventsColumnPrefix": "Events",
-        "traceLinksColumnPrefix": "Links",
-    },
+    "meta": _TRACE_META,
+}
+
+
+_TRACE_SEARCH_SQL = f"""
+SELECT
+    TraceId AS traceID,
+    ServiceName AS serviceName,
+    SpanName AS operationName,
+    Timestamp AS startTime,
+    multiply(Duration, 0.000001) AS duration,
+    ProjectId AS project
+FROM {TRACES}
+WHERE ( Timestamp >= $__fromTime AND Timestamp <= $__toTime ) AND ( ParentSpanId = '' )
+  AND ( Duration > 0 ) AND {in_projects()}
+ORDER BY Timestamp DESC, Duration DESC
+LIMIT {TRACE_SEARCH_LIMIT}
+"""
+"""The plugin's trace search (sqlGenerator.ts ``generateTraceSearchQuery`` with its default
+filters, order and limit) on the trace view, for the selected projects (and the project,
+which the link to the run needs)."""
+
+_TRACE_SEARCH_BUILDER = {
+    **_TRACE_BUILDER,
+    "columns": [
+        {"name": column, "hint": hint}
+        for column, hint in (
+            ("Timestamp", "time"),
+            ("TraceId", "trace_id"),
+            ("SpanId", "trace_span_id"),
+            ("ParentSpanId", "trace_parent_span_id"),
+            ("ServiceName", "trace_service_name"),
+            ("SpanName", "trace_operation_name"),
+            ("Duration", "trace_duration_time"),
+            ("SpanAttributes", "trace_tags"),
+            ("ResourceAttributes", "trace_service_tags"),
+            ("StatusCode", "trace_status_code"),
+            ("SpanKind", "trace_kind"),
+            ("StatusMessage", "trace_status_message"),
+            ("TraceState", "trace_state"),
+        )
+    ],
+    "filters": [
+        {
+            "type": "datetime",
+            "operator": "WITH IN DASHBOARD TIME RANGE",
+            "filterType": "custom",
+            "key": "",
+            "hint": "time",
+            "condition": "AND",
+        },
+        {
+            "type": "string",
+            "operator": "IS EMPTY",
+            "filterType": "custom",
+            "key": "",
+            "hint": "trace_parent_span_id",
+            "condition": "AND",
+            "value": "",
+        },
+        {
+            "type": "UInt64",
+            "operator": ">",
+            "filterType": "custom",
+            "key": "",
+            "hint": "trace_duration_time",
+            "condition": "AND",
+            "value": 0,
+        },
+    ],
+    "orderBy": [
+        {"name": "", "hint": "time", "dir": "DESC", "default": True},
+        {"name": "", "hint": "trace_duration_time", "dir": "DESC", "default": True},
+    ],
+    "limit": TRACE_SEARCH_LIMIT,
+    "meta": {**_TRACE_META, "isTraceIdMode": False, "traceId": ""},
 }
 
 
@@ -588,6 +671,25 @@ def run_timeline() -> dict[str, Any]:
         ),
         24,
         7,
+    )
+    grid.add(
+        _table(
+            "Trace search",
+            _TRACE_SEARCH_SQL,
+            "Root spans of the selected projects in the time range, newest first, as the "
+            "plugin's trace search lists them (Explore's query builder gives the same on the "
+            "datasource's trace view). A trace id opens that run here, or in Grafana's trace "
+            "view.",
+            [
+                _named("traceID", "run", links=[run_link()]),
+                _named("serviceName", "agent"),
+                _named("operationName", "root span"),
+                _named("duration", "duration", unit="ms", decimals=1),
+            ],
+            fmt_extra={"queryType": "traces", "meta": {"builderOptions": _TRACE_SEARCH_BUILDER}},
+        ),
+        24,
+        8,
     )
     return dashboard(
         RUN_UID,

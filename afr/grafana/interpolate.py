@@ -1,6 +1,9 @@
 """What Grafana and the ClickHouse plugin do to a panel's SQL before ClickHouse sees it.
 
-Three passes, in the order the plugin runs them (grafana-clickhouse-datasource 4.20):
+Three passes, in the order the plugin runs them, as grafana-clickhouse-datasource 4.20.0 does
+(``panels.PLUGIN_VERSION``, pinned wherever afr installs the plugin; read from its source at
+tag v4.20.0: ``src/data/CHDatasource.ts`` ``applyConditionalAll``, ``pkg/macros/macros.go`` over
+``grafana/macropro`` v1.0.1). Re-check this module when the pin moves:
 
 1. ``conditional_all`` — the plugin's frontend ``applyConditionalAll``:
    ``$__conditionalAll(<condition>, $var)`` becomes ``1=1`` when ``var`` is All or empty,

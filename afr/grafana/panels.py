@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_DATABASE",
     "FOLDER",
     "PLUGIN_ID",
+    "PLUGIN_VERSION",
     "SCHEMA_VERSION",
     "TAG",
     "Grid",
@@ -32,6 +33,11 @@ __all__ = [
 ]
 
 PLUGIN_ID = "grafana-clickhouse-datasource"
+PLUGIN_VERSION = "4.20.0"
+"""The plugin version afr is built and tested against, pinned wherever it is installed
+(deploy/compose, the Grafana container test: ``PLUGIN_ID@PLUGIN_VERSION``): its query
+generator and macros are the ones ``interpolate.py`` reproduces, and its editor reads a
+target's ``pluginVersion`` (a target without one is migrated as a v3 query)."""
 DATASOURCE_UID = "afr-clickhouse"
 """The datasource ``afr grafana push`` and deploy/grafana provision; the variable's default."""
 DEFAULT_DATABASE = "afr"
@@ -52,6 +58,7 @@ def target(sql: str, fmt: int, ref_id: str = "A", **extra: Any) -> dict[str, Any
     return {
         "refId": ref_id,
         "datasource": DATASOURCE,
+        "pluginVersion": PLUGIN_VERSION,
         "editorType": "sql",
         "format": fmt,
         "queryType": _QUERY_TYPES[fmt],

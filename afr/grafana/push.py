@@ -20,7 +20,7 @@ import httpx
 
 from afr.grafana.panels import DATASOURCE_UID, DEFAULT_DATABASE, FOLDER, PLUGIN_ID
 from afr.settings_sources import redact_url
-from collector.store.schema import SPANS_TABLE, TRACE_ID_TS_TABLE
+from collector.store.schema import TRACES_VIEW, TRACES_VIEW_TRACE_ID_TS
 
 __all__ = [
     "ClickHouseTarget",
@@ -74,7 +74,9 @@ def target_from_url(url: str, database: str = DEFAULT_DATABASE) -> ClickHouseTar
 
 def datasource_model(target: ClickHouseTarget, name: str = DATASOURCE_NAME) -> dict[str, Any]:
     """The datasource as Grafana's API takes it, with the plugin's OTel trace settings on
-    afr's spans table (deploy/grafana/provisioning/datasources/afr.yaml is the same)."""
+    afr's trace view: each span once, a project credential's project only, so Explore's query
+    builder and the trace links need no hand-written SQL
+    (deploy/grafana/provisioning/datasources/afr.yaml is the same)."""
     json_data: dict[str, Any] = {
         "host": target.host,
         "port": target.port,
@@ -84,11 +86,12 @@ def datasource_model(target: ClickHouseTarget, name: str = DATASOURCE_NAME) -> d
         "defaultDatabase": target.database,
         "traces": {
             "defaultDatabase": target.database,
-            "defaultTable": SPANS_TABLE,
+            "defaultTable": TRACES_VIEW,
             "otelEnabled": True,
             "otelVersion": "latest",
             "durationUnit": "nanoseconds",
-            "traceTimestampTableSuffix": TRACE_ID_TS_TABLE.removeprefix(SPANS_TABLE),
+            "traceTimestampTableSuffix": TRACES_VIEW_TRACE_ID_TS.removeprefix(TRACES_VIEW),
+            "showTraceLinks": True,
         },
     }
     if target.path:

@@ -23,8 +23,10 @@ from collector.store.schema import (
     MODEL_PRICES_TABLE,
     RUN_SUMMARY_VIEW,
     RUNS_TABLE,
+    SERVICE_NAME,
     SPANS_TABLE,
     TRACE_ID_TS_TABLE,
+    TRACES_VIEW,
 )
 from replay_worker.replay.verdict import VERDICTS
 from replay_worker.sweeps import STATUSES as EVAL_STATUSES
@@ -40,11 +42,15 @@ __all__ = [
     "RUN_ID",
     "RUN_SLACK",
     "RUN_SPANS_FINAL",
+    "SERVICE_NAME",
     "SPANS",
     "SPAN_ID",
     "STATUS",
     "SUMMARY",
+    "TRACES",
     "TRACE_BOUNDS",
+    "TRACE_SEARCH_LIMIT",
+    "TRACE_SPAN_LIMIT",
     "USAGE",
     "VERDICT",
     "VERDICTS",
@@ -70,6 +76,14 @@ RUN_ID = "${run_id:singlequote}"
 SPAN_ID = "${span_id:singlequote}"
 RUN_SPANS_FINAL = f"{SPANS} FINAL"
 """One run's spans, each once: ``FINAL`` over one (project, trace) key range is cheap."""
+TRACES = f"{DB}.{TRACES_VIEW}"
+"""The spans as the plugin's OTel trace mode reads them: each once, ``ServiceName`` by the one
+service-name rule (``SERVICE_NAME``). The trace panels read it, as Explore does."""
+TRACE_SPAN_LIMIT = 10_000
+"""A trace panel's spans at most: Grafana's trace view renders no more usefully, and a
+trace query is bounded like every other one."""
+TRACE_SEARCH_LIMIT = 1000
+"""Traces a trace search lists: the plugin's own default."""
 
 
 def window_spans(columns: str, condition: str) -> str:

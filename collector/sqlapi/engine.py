@@ -6,6 +6,9 @@ client's accepted settings (~0.5 ms), so settings never leak between requests an
 itself refuses writes, DDL, ``SET`` and the outside-reading table functions. The collector's
 own handle (the writer's) is untouched: a query here never waits on it, nor it on a query.
 
+A project credential's handle also carries its project's filters, and its query is analysed
+before it runs (``tenancy``).
+
 Blocking: call from a worker thread, never from the event loop.
 """
 
@@ -19,6 +22,13 @@ from typing import Any
 
 from collector.sqlapi.errors import Code, SqlError, from_engine
 from collector.sqlapi.policy import OutputFormat, check_statement, denied_functions, output_format
+from collector.sqlapi.tenancy import (
+    PROJECT_COLUMN,
+    ProjectScope,
+    check_reads,
+    store_tables,
+    strip_format,
+)
 
 __all__ = ["Catalog", "EngineResult", "ReadOnlyEngine", "engine_path"]
 
@@ -46,6 +56,14 @@ class Catalog:
     denied_functions: frozenset[str]
     version: str
     display_name: str
+    scope: ProjectScope
+    """What a project credential may read, and the filters that keep it to its project."""
+
+
+_ANALYSED = frozenset({"SELECT", "WITH", "("})
+"""Statements a project credential's query is analysed as before it runs. SHOW, DESCRIBE
+and EXISTS read the catalog only (system tables: filtered like the rest); EXPLAIN is the
+admin's."""
 
 
 @dataclass(frozen=True)
@@ -58,8 +76,9 @@ class EngineResult:
 
 
 class ReadOnlyEngine:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, database: str = "afr") -> None:
         self._path = path
+        self._database = database
 
     def catalog(self) -> Catalog:
         conn = self._connect([("readonly", "1")])
@@ -67,6 +86,17 @@ class ReadOnlyEngine:
             settings = _lines(conn, "SELECT name FROM system.settings")
             table_functions = _lines(conn, "SELECT name FROM system.table_functions")
             version, display_name = _lines(conn, "SELECT version(), displayName()")[0].split("\t")
+            system_tables = _lines(conn, "SELECT name FROM system.tables WHERE database = 'system'")
+            database = _literal(self._database)
+            tables = [
+                line.split("\t")
+                for line in _lines(
+                    conn,
+                    "SELECT database, name, engine, name IN (SELECT table FROM system.columns "  # noqa: S608 - literals quoted by _literal
+                    f"WHERE database = {database} AND name = {_literal(PROJECT_COLUMN)}) "
+                    f"FROM system.tables WHERE database = {database}",
+                )
+            ]
         finally:
             conn.close()
         return Catalog(
@@ -74,6 +104,13 @@ class ReadOnlyEngine:
             denied_functions=denied_functions(table_functions),
             version=version,
             display_name=display_name,
+            scope=ProjectScope(
+                store_tables(
+                    (database, name, engine, int(has_project))
+                    for database, name, engine, has_project in tables
+                ),
+                frozenset(system_tables),
+            ),
         )
 
     def run(
@@ -84,8 +121,13 @@ class ReadOnlyEngine:
         params: Mapping[str, str],
         settings: Sequence[tuple[str, str]],
         denied: frozenset[str],
+        scope: tuple[ProjectScope, str] | None = None,
     ) -> EngineResult:
-        """Checks the statement in the engine's canonical rendering, then runs it."""
+        """Checks the statement in the engine's canonical rendering, then runs it. With
+        ``scope`` (a project credential's: the catalog's scope and the project), the handle
+        carries the project's filters and the query's reads are checked first."""
+        if scope is not None:
+            settings = [*settings, scope[0].setting(scope[1])]
         try:
             conn = self._connect(settings)
         except RuntimeError as error:  # a setting value the engine cannot parse
@@ -93,6 +135,8 @@ class ReadOnlyEngine:
         try:
             canonical = _canonical(conn, sql)
             statement = check_statement(canonical, denied)
+            if scope is not None:
+                _check_scoped(conn, statement.kind, canonical, scope[0])
             fmt = output_format(statement.format or default_format)
             result = conn.query(sql, fmt.name, params=dict(params))
             return EngineResult(
@@ -114,6 +158,16 @@ class ReadOnlyEngine:
         query = "&".join(f"{name}={value}" for name, value in settings)
         connect: Any = chdb.connect  # untyped in chdb
         return connect(f"{self._path}?{query}")
+
+
+def _check_scoped(conn: Any, kind: str, canonical: str, scope: ProjectScope) -> None:
+    if kind == "EXPLAIN":
+        raise SqlError(
+            Code.ACCESS_DENIED, "EXPLAIN is not served to a project credential (the admin's)"
+        )
+    if kind in _ANALYSED:
+        tree = _lines(conn, f"EXPLAIN QUERY TREE {strip_format(canonical)}")
+        check_reads("\n".join(tree), scope)
 
 
 def _canonical(conn: Any, sql: str) -> str:

@@ -79,6 +79,10 @@ TRANSPORT_PARAMS = frozenset(
 DENIED_SETTINGS = frozenset(
     {
         "readonly",
+        # A project credential's filters are the handle's own (tenancy.py): never the client's.
+        "additional_table_filters",
+        "additional_result_filter",
+        "enable_analyzer",
         "allow_ddl",
         "allow_introspection_functions",
         "dialect",
@@ -92,6 +96,11 @@ DENIED_SETTINGS = frozenset(
     }
 )
 DENIED_SETTING_PREFIXES = ("allow_experimental_",)
+# And for a project credential: a cached result is shared across handles, whose filters differ.
+PROJECT_DENIED_SETTINGS = frozenset(
+    {"use_query_cache", "enable_reads_from_query_cache", "enable_writes_to_query_cache"}
+)
+PROJECT_DENIED_SETTING_PREFIXES = ("query_cache_",)
 
 # Table functions that only compute, or read this engine's own tables; every other table
 # function the engine knows (file, url, s3, remote, mysql, python, ...) is refused by name.
@@ -365,10 +374,15 @@ def _capped_number(name: str, value: str, cap: float, as_int: bool) -> float:
 
 
 def resolve_options(
-    items: Sequence[tuple[str, str]], *, known_settings: frozenset[str], limits: Limits
+    items: Sequence[tuple[str, str]],
+    *,
+    known_settings: frozenset[str],
+    limits: Limits,
+    scoped: bool = False,
 ) -> RequestOptions:
     """Sorts URL parameters (and multipart form fields) into transport options, query
-    parameters and engine settings; refuses an unknown, denied or limit-lifting setting."""
+    parameters and engine settings; refuses an unknown, denied or limit-lifting setting
+    (``scoped``: a project credential's request, denied the query cache too)."""
     settings: dict[str, str] = {}
     params: dict[str, str] = {}
     transport: dict[str, str] = {}
@@ -386,6 +400,13 @@ def resolve_options(
         elif name in TRANSPORT_PARAMS:
             transport[name] = value
         else:
+            if scoped and (
+                name in PROJECT_DENIED_SETTINGS or name.startswith(PROJECT_DENIED_SETTING_PREFIXES)
+            ):
+                raise SqlError(
+                    Code.READONLY,
+                    f"Cannot modify '{name}' setting: not served to a project credential",
+                )
             settings[name] = _checked_setting(name, value, known_settings, caps)
     return RequestOptions(
         settings=settings,

@@ -6,9 +6,9 @@
 (Grafana's ClickHouse datasource over HTTP) send to a ClickHouse server. ``/ping`` and
 ``/replicas_status`` answer ``Ok.``.
 
-Each query takes a slot (at most ``sql_max_concurrency``; beyond, 503 at once) and runs on a
-worker thread of its own pool, so the event loop that acknowledges OTLP exports never waits
-on it.
+Each query is admitted by ``admission`` (a slot, or a bounded wait in a fair queue; refused
+only past the queue's bound or its wait) and runs on a worker thread of its own pool, so the
+event loop that acknowledges OTLP exports never waits on it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
-import threading
 import uuid
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -31,8 +31,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from collector.auth import SqlUserStore
 from collector.settings import CollectorSettings
-from collector.sqlapi.credentials import SqlAuthenticator, ensure_sql_password
+from collector.sqlapi.admission import (
+    Admission,
+    AdmissionLimits,
+    AdmissionStats,
+    memory_bytes,
+    sized_concurrency,
+)
+from collector.sqlapi.credentials import Principal, SqlAuthenticator, ensure_sql_password
 from collector.sqlapi.engine import Catalog, ReadOnlyEngine, engine_path
 from collector.sqlapi.errors import Code, SqlError, http_status, render
 from collector.sqlapi.native import transcode
@@ -62,6 +70,14 @@ class SqlStats:
     """Answered with a 5xx: time or memory limit, busy, engine fault."""
     running: int = 0
     """Queries on the engine now (a client that left still counts until the engine is done)."""
+    max_running: int = 0
+    queued: int = 0
+    """Queries waiting for a slot now."""
+    waited: int = 0
+    """Queries that waited for a slot, then ran."""
+    refused_busy: int = 0
+    """Queries refused because the queue was full or their wait ran out (503, code 202)."""
+    max_wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +86,7 @@ class _Plan:
     options: RequestOptions
     settings: list[tuple[str, str]]
     encoding: str | None
+    principal: Principal
 
 
 @dataclass(frozen=True)
@@ -81,9 +98,9 @@ class _Prepared:
 class SqlInterface:
     def __init__(self, settings: CollectorSettings) -> None:
         self._settings = settings
-        self._engine = ReadOnlyEngine(engine_path(settings.store_dsn))
+        self._engine = ReadOnlyEngine(engine_path(settings.store_dsn), settings.database)
         password = settings.sql_password or ensure_sql_password(settings.data_dir)
-        self._auth = SqlAuthenticator(settings.sql_user, password)
+        self._auth = SqlAuthenticator(settings.sql_user, password, SqlUserStore(settings.keys_path))
         self._limits = Limits(
             max_execution_time_s=settings.sql_max_execution_time_s,
             max_memory_bytes=settings.sql_max_memory_bytes,
@@ -91,8 +108,20 @@ class SqlInterface:
             max_result_rows=settings.sql_max_result_rows,
             max_query_bytes=settings.sql_max_query_bytes,
         )
-        self._slots = threading.BoundedSemaphore(settings.sql_max_concurrency)
-        self._running_lock = threading.Lock()
+        slots = settings.sql_max_concurrency or sized_concurrency(
+            os.cpu_count() or 1,
+            settings.sql_memory_budget_bytes or memory_bytes() // 4,
+            settings.sql_max_memory_bytes,
+        )
+        self._admission = Admission(
+            AdmissionLimits.sized(
+                slots,
+                max_running_per_credential=settings.sql_max_concurrency_per_user,
+                max_queued=settings.sql_max_queued,
+                max_wait_s=settings.sql_queue_max_wait_ms / 1000,
+            )
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._catalog: Catalog | None = None
         self._server: uvicorn.Server | None = None
@@ -110,9 +139,9 @@ class SqlInterface:
         try:
             sock.bind((s.sql_host, s.sql_port or 0))
             self._executor = ThreadPoolExecutor(
-                max_workers=s.sql_max_concurrency, thread_name_prefix="afr-sql"
+                max_workers=self._admission.limits.max_running, thread_name_prefix="afr-sql"
             )
-            loop = asyncio.get_running_loop()
+            loop = self._loop = asyncio.get_running_loop()
             self._catalog = await loop.run_in_executor(self._executor, self._engine.catalog)
         except BaseException:
             sock.close()
@@ -138,6 +167,13 @@ class SqlInterface:
     def health(self) -> dict[str, object]:
         """The counts, and whether the server still serves (its task has not died)."""
         serving = self._task is not None and not self._task.done()
+        admitted: AdmissionStats = self._admission.stats
+        self.stats.running = admitted.running
+        self.stats.max_running = self._admission.limits.max_running
+        self.stats.queued = admitted.queued
+        self.stats.waited = admitted.waited
+        self.stats.refused_busy = admitted.refused_queue_full + admitted.refused_wait
+        self.stats.max_wait_s = round(admitted.max_wait_s, 3)
         return {"serving": serving, **asdict(self.stats)}
 
     async def stop(self) -> None:
@@ -173,8 +209,8 @@ class SqlInterface:
         if request.method in ("GET", "HEAD") and "query" not in url_params:
             return Response(_OK, media_type=_TEXT)
         try:
-            self._auth.check(request.headers, url_params)
-            plan = await self._plan(request, items)
+            principal = self._auth.check(request.headers, url_params)
+            plan = await self._plan(request, items, principal)
             prepared = await self._run(plan)
         except SqlError as error:
             return self._error(error, query_id)
@@ -186,7 +222,9 @@ class SqlInterface:
         headers = {"X-ClickHouse-Query-Id": plan.options.query_id or query_id, **prepared.headers}
         return Response(prepared.body, headers=headers)
 
-    async def _plan(self, request: Request, items: list[tuple[str, str]]) -> _Plan:
+    async def _plan(
+        self, request: Request, items: list[tuple[str, str]], principal: Principal
+    ) -> _Plan:
         assert self._catalog is not None
         text = dict(items).get("query", "")
         refuse_writes(text)  # an INSERT's body is data (lz4 from clickhouse-connect): unread
@@ -213,6 +251,7 @@ class SqlInterface:
             header_items + [(k, v) for k, v in items if k != "query"],
             known_settings=self._catalog.known_settings,
             limits=self._limits,
+            scoped=principal.project is not None,
         )
         transport = dict(items)
         if transport.get("compress") == "1" or transport.get("decompress") == "1":
@@ -240,7 +279,7 @@ class SqlInterface:
             if options.http_compression
             else None
         )
-        return _Plan(text, options, settings, encoding)
+        return _Plan(text, options, settings, encoding, principal)
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self._limits.max_query_bytes + 64 * 1024  # room for a form's framing
@@ -258,28 +297,19 @@ class SqlInterface:
 
     async def _run(self, plan: _Plan) -> _Prepared:
         assert self._executor is not None
-        if not self._slots.acquire(blocking=False):
-            raise SqlError(
-                Code.TOO_MANY_SIMULTANEOUS_QUERIES,
-                f"Too many simultaneous queries. Maximum: {self._settings.sql_max_concurrency}",
-            )
-        with self._running_lock:
-            self.stats.running += 1
+        assert self._loop is not None
+        user = plan.principal.user
+        await self._admission.acquire(user)
         try:
-            future = asyncio.get_running_loop().run_in_executor(self._executor, self._execute, plan)
+            future = self._loop.run_in_executor(self._executor, self._execute, plan)
         except BaseException:
-            self._release()
+            self._admission.release(user)
             raise
         return await future
 
-    def _release(self) -> None:
-        with self._running_lock:
-            self.stats.running -= 1
-        self._slots.release()
-
     def _execute(self, plan: _Plan) -> _Prepared:
         """On a worker thread: the query, then the Native re-framing and the compression.
-        The slot is given back here, when the engine is done, even if the client left."""
+        The slot is given back when the engine is done, even if the client left."""
         assert self._catalog is not None
         try:
             options = plan.options
@@ -289,6 +319,11 @@ class SqlInterface:
                 params=options.params,
                 settings=plan.settings,
                 denied=self._catalog.denied_functions,
+                scope=(
+                    None
+                    if plan.principal.project is None
+                    else (self._catalog.scope, plan.principal.project)
+                ),
             )
             body, rows = result.body, None
             if result.format.name == "Native" and options.client_protocol_version > 0:
@@ -317,7 +352,8 @@ class SqlInterface:
                 headers["Content-Encoding"] = plan.encoding
             return _Prepared(body, headers)
         finally:
-            self._release()
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._admission.release, plan.principal.user)
 
     def _error(self, error: SqlError, query_id: str) -> Response:
         status = http_status(error.code)

@@ -14,7 +14,10 @@ __all__ = [
     "MODEL_PRICES_TABLE",
     "RUNS_TABLE",
     "RUN_SUMMARY_VIEW",
+    "SERVICE_NAME",
     "SPANS_TABLE",
+    "TRACES_VIEW",
+    "TRACES_VIEW_TRACE_ID_TS",
     "TRACE_ID_TS_TABLE",
     "Migration",
 ]
@@ -26,6 +29,17 @@ RUNS_TABLE = "runs"
 or with the same merge functions (``GROUP BY ProjectId, TraceId``)."""
 RUN_SUMMARY_VIEW = "run_summary"
 MODEL_PRICES_TABLE = "model_prices"
+TRACES_VIEW = "traces"
+"""The spans as Grafana's ClickHouse plugin reads them in its OTel trace mode (Explore's query
+builder, trace-to-trace links, the trace views): each span once (``FINAL``), the OTel column
+names, ``ServiceName`` by ``SERVICE_NAME``. A project credential's reads of it are scoped."""
+TRACES_VIEW_TRACE_ID_TS = TRACES_VIEW + "_trace_id_ts"
+"""The trace time bounds under the name the plugin derives from ``TRACES_VIEW`` (its
+``traceTimestampTableSuffix``, ``_trace_id_ts``), so a trace lookup reads only its time range."""
+SERVICE_NAME = "if(AgentName != '', AgentName, ServiceName)"
+"""The one service-name rule: a span's service is the agent that ran it, else the OTel
+resource's ``service.name``. The trace view, the dashboards' trace panels and Explore all
+colour spans by it; the resource's own name stays in ``ResourceAttributes``."""
 MIGRATIONS_TABLE = "schema_migrations"
 """The versions of ``migrations`` applied to the store, one row each."""
 MIGRATIONS_TABLE_DDL = (
@@ -261,6 +275,22 @@ GROUP BY ProjectId, TraceId
             ),
         ),
         Migration(2, "per-run summary kept by the store, model prices", _runs_ddl(ttl_days)),
+        Migration(
+            3,
+            "deduplicated trace view for Grafana's OTel trace mode",
+            (
+                f"""
+CREATE VIEW IF NOT EXISTS {{db}}.{TRACES_VIEW} AS
+SELECT * REPLACE (toLowCardinality({SERVICE_NAME}) AS ServiceName)
+FROM {{db}}.{SPANS_TABLE} FINAL
+""",
+                f"""
+CREATE VIEW IF NOT EXISTS {{db}}.{TRACES_VIEW_TRACE_ID_TS} AS
+SELECT ProjectId, TraceId, Start, End
+FROM {{db}}.{TRACE_ID_TS_TABLE}
+""",
+            ),
+        ),
     )
 
 

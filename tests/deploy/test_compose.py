@@ -25,6 +25,7 @@ import jsonschema
 import pytest
 import yaml
 
+from afr.grafana.panels import PLUGIN_ID, PLUGIN_VERSION
 from afr.secrets_cli import (
     CLICKHOUSE_READER,
     CLICKHOUSE_WRITER,
@@ -163,7 +164,8 @@ def test_grafana_is_given_exactly_the_variables_its_provisioning_reads() -> None
     assert given | {"AFR_CLICKHOUSE_PASSWORD"} == referenced
     assert _environment(grafana)["AFR_CLICKHOUSE_USER"] == CLICKHOUSE_READER
     environment = _environment(grafana)
-    assert "grafana-clickhouse-datasource" in environment["GF_PLUGINS_PREINSTALL_SYNC"]
+    # Pinned: the plugin's macros and query generator are the ones afr reproduces and tests.
+    assert environment["GF_PLUGINS_PREINSTALL_SYNC"] == f"{PLUGIN_ID}@{PLUGIN_VERSION}"
     assert "GF_INSTALL_PLUGINS" not in environment, "deprecated since Grafana 12.1"
     # the provisioning directory, and the dashboards where its file provider looks
     mounts = {m.source: m.target for m in _mounts(grafana)}

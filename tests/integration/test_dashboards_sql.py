@@ -17,7 +17,14 @@ import pytest
 from pydantic import SecretStr
 
 from afr.grafana.dashboards import EVALS_UID, RUN_UID, RUNS_UID, TOOLS_UID, build_all
-from afr.grafana.interpolate import ALL, TimeRange, Variable, interpolate, resolve_variables
+from afr.grafana.interpolate import (
+    ALL,
+    TimeRange,
+    Variable,
+    expand_macros,
+    interpolate,
+    resolve_variables,
+)
 from afr.grafana.queries import AGENTS, ERRORS, KIND, WORKFLOW, in_projects
 from collector.store.client import ClickHouseStore
 from tests.integration.conftest import Running, start_collector
@@ -520,3 +527,69 @@ def _plain(row: Any) -> tuple[Any, ...]:
         else v
         for v in row
     )
+
+
+# The queries the plugin's OTel trace mode builds on the datasource's trace defaults (Explore's
+# query builder, the "View trace" link), as grafana-clickhouse-datasource 4.20.0 generates them
+# (src/data/sqlGenerator.ts): no FINAL, no project filter, no LIMIT on a trace.
+EXPLORE_TRACE = """WITH '{trace}' as trace_id, (SELECT min(Start) FROM "afr"."traces_trace_id_ts" \
+WHERE TraceId = trace_id) as trace_start, (SELECT max(End) + 1 FROM "afr"."traces_trace_id_ts" \
+WHERE TraceId = trace_id) as trace_end SELECT "TraceId" as traceID, "SpanId" as spanID, \
+"ParentSpanId" as parentSpanID, "ServiceName" as serviceName, "SpanName" as operationName, \
+multiply(toUnixTimestamp64Nano("Timestamp"), 0.000001) as startTime, \
+multiply("Duration", 0.000001) as duration, \
+arrayMap(key -> map('key', key, 'value',"SpanAttributes"[key]), mapKeys("SpanAttributes")) as tags, \
+arrayMap(key -> map('key', key, 'value',"ResourceAttributes"[key]), mapKeys("ResourceAttributes")) \
+as serviceTags, if("StatusCode" IN ('Error', 'STATUS_CODE_ERROR'), 2, 0) as statusCode \
+FROM "afr"."traces" WHERE traceID = trace_id AND "Timestamp" >= trace_start \
+AND "Timestamp" <= trace_end ORDER BY startTime ASC"""
+EXPLORE_SEARCH = """SELECT "TraceId" as traceID, "ServiceName" as serviceName, \
+"SpanName" as operationName, "Timestamp" as startTime, multiply("Duration", 0.000001) as duration \
+FROM "afr"."traces" WHERE ( Timestamp >= $__fromTime AND Timestamp <= $__toTime ) \
+AND ( ParentSpanId = '' ) AND ( Duration > 0 ) ORDER BY Timestamp DESC, Duration DESC LIMIT 1000"""
+
+
+def test_explore_on_the_trace_view_shows_each_span_once_for_the_credentials_project(
+    world: World,
+) -> None:
+    import clickhouse_connect
+
+    from collector.auth import SqlUserStore
+
+    port = world.running.collector.sql_port
+    assert port, "the collector started its SQL interface"
+    users = SqlUserStore(world.running.settings.keys_path)
+    source = world.seeded.source_run_id
+    served = world.running.run(source)
+    dashboard_trace = {s["spanID"]: s["serviceName"] for s in timeline(world, "Trace", source)}
+    for project in (PROJECT, OTHER_PROJECT):
+        credential = users.create(project)
+        client = clickhouse_connect.get_client(
+            host="127.0.0.1", port=port, username=credential.user, password=credential.password
+        )
+        try:
+            trace = list(client.query(EXPLORE_TRACE.format(trace=source)).named_results())
+            spans = [row["spanID"] for row in trace]
+            # Delivered twice, stored under two projects: each span once, one project's.
+            assert sorted(spans) == sorted(s["span_id"] for s in served["spans"])
+            # One service-name rule: the agent, in Explore as in the dashboard.
+            assert {row["spanID"]: row["serviceName"] for row in trace} == dashboard_trace
+            search = list(
+                client.query(expand_macros(EXPLORE_SEARCH, world.time_range)).named_results()
+            )
+            traces = [row["traceID"] for row in search]
+            assert len(traces) == len(set(traces)), "a trace listed twice"
+            if project == OTHER_PROJECT:
+                assert traces == [source], "only the other project's one run"
+            else:
+                assert set(traces) == set(world.seeded.run_ids)
+        finally:
+            client.close()
+
+
+def test_the_trace_search_panel_lists_each_root_once(world: World) -> None:
+    rows = world.panel(RUN_UID, "Trace search", run_id=world.seeded.source_run_id).dicts()
+    assert sorted(r["traceID"] for r in rows) == sorted(world.seeded.run_ids)
+    assert {r["project"] for r in rows} == {PROJECT}
+    starts = [r["startTime"] for r in rows]
+    assert starts == sorted(starts, reverse=True)

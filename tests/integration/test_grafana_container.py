@@ -31,7 +31,7 @@ from afr.grafana.interpolate import (
     replace_variables,
     resolve_variables,
 )
-from afr.grafana.panels import DATASOURCE_UID, PLUGIN_ID
+from afr.grafana.panels import DATASOURCE_UID, PLUGIN_ID, PLUGIN_VERSION
 from tests.docker_engine import docker_available
 from tests.integration.conftest import Running, start_collector
 from tests.integration.grafana_world import Seeded, seed
@@ -145,7 +145,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         .with_network_aliases("clickhouse") as clickhouse,
         DockerContainer(GRAFANA_IMAGE)
         .with_network(network)
-        .with_env("GF_PLUGINS_PREINSTALL_SYNC", PLUGIN_ID)
+        .with_env("GF_PLUGINS_PREINSTALL_SYNC", f"{PLUGIN_ID}@{PLUGIN_VERSION}")
         .with_env("GF_SECURITY_ADMIN_PASSWORD", ADMIN[1])
         .with_exposed_ports(3000) as grafana,
     ):

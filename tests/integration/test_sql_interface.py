@@ -28,11 +28,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from collector.auth import SqlUserStore
 from collector.sqlapi import SQL_PASSWORD_FILE, ensure_sql_password
 from tests.integration.conftest import Running, start_collector
 
 TIME_CAP_S = 2.5  # long enough that a loaded machine still sees both queries running
 QUERY_CAP = 16 * 1024
+QUEUE_WAIT_MS = 1000  # shorter than the time cap: a query queued behind two long ones is refused
 LONG_QUERY = "SELECT count() FROM numbers(1000000000000) WHERE sipHash64(number) = 1"
 # What clickhouse-go v2 sends over HTTP (conn_http.go): every request carries these, sorted
 # as url.Values.Encode sorts them; Grafana's datasource asks gzip for HTTP (driver.go).
@@ -115,6 +117,9 @@ def sql(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sql]:
         sql_port=0,
         sql_max_execution_time_s=TIME_CAP_S,
         sql_max_query_bytes=QUERY_CAP,
+        # Three slots, two of them for one user; a query that finds none waits QUEUE_WAIT_MS.
+        sql_max_concurrency=3,
+        sql_queue_max_wait_ms=QUEUE_WAIT_MS,
     )
     try:
         trace_id = _export_trace(running)
@@ -445,9 +450,16 @@ def test_long_queries_stop_at_the_cap_while_ingest_goes_on(sql: Sql) -> None:
     with ThreadPoolExecutor(2) as pool:
         long = [pool.submit(sql.post, LONG_QUERY) for _ in range(2)]
         _poll(lambda: sql.health()["sql"]["running"] == 2)
-        busy = sql.post("SELECT 1")
+        queued_at = time.monotonic()
+        busy = sql.post("SELECT 1")  # the user's two slots are taken: it waits, then gives up
+        assert time.monotonic() - queued_at >= QUEUE_WAIT_MS / 1000
         assert (busy.status_code, _code(busy)) == (503, 202)
+        assert "queue_max_wait_ms=1000" in busy.text
         assert busy.headers["retry-after"] == "1"
+        # Another user is not kept waiting behind the first one's share of the slots.
+        team = SqlUserStore(sql.running.settings.keys_path).create("shop")
+        other_user = sql.post("SELECT 1", auth=(team.user, team.password))
+        assert other_user.text == "1\n"
         export_started = time.monotonic()
         trace_id = _export_trace(sql.running)  # acknowledged, or the SDK would have raised
         acknowledged_s = time.monotonic() - export_started

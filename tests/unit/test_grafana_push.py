@@ -179,11 +179,12 @@ def test_a_push_creates_the_datasource_folder_and_dashboards(
     assert data["defaultDatabase"] == "afr"
     assert data["traces"] == {
         "defaultDatabase": "afr",
-        "defaultTable": "otel_traces",
+        "defaultTable": "traces",
         "otelEnabled": True,
         "otelVersion": "latest",
         "durationUnit": "nanoseconds",
         "traceTimestampTableSuffix": "_trace_id_ts",
+        "showTraceLinks": True,
     }
     assert source["secureJsonData"] == {"password": PASSWORD}
     assert PASSWORD not in out + err

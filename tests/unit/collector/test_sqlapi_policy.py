@@ -11,8 +11,14 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr, ValidationError
 
+from collector.auth import SqlUserStore
 from collector.settings import CollectorSettings
-from collector.sqlapi.credentials import SQL_PASSWORD_FILE, SqlAuthenticator, ensure_sql_password
+from collector.sqlapi.credentials import (
+    SQL_PASSWORD_FILE,
+    Principal,
+    SqlAuthenticator,
+    ensure_sql_password,
+)
 from collector.sqlapi.errors import Code, SqlError, from_engine, http_status, render
 from collector.sqlapi.native import BLOCK_INFO, transcode
 from collector.sqlapi.policy import (
@@ -316,9 +322,40 @@ def _basic(user: str, password: str) -> str:
 
 def test_the_three_ways_clickhouse_clients_authenticate() -> None:
     auth = SqlAuthenticator("afr", SecretStr("s3cret"))
-    assert auth.check({"authorization": _basic("afr", "s3cret")}, {}) == "afr"
-    assert auth.check({"x-clickhouse-user": "afr", "x-clickhouse-key": "s3cret"}, {}) == "afr"
-    assert auth.check({}, {"user": "afr", "password": "s3cret"}) == "afr"
+    admin = Principal("afr", None)
+    assert auth.check({"authorization": _basic("afr", "s3cret")}, {}) == admin
+    assert auth.check({"x-clickhouse-user": "afr", "x-clickhouse-key": "s3cret"}, {}) == admin
+    assert auth.check({}, {"user": "afr", "password": "s3cret"}) == admin
+
+
+def test_a_project_credential_is_its_project_until_revoked(tmp_path: Path) -> None:
+    users = SqlUserStore(tmp_path / "keys.sqlite")
+    created = users.create("shop", "grafana_shop")
+    auth = SqlAuthenticator("afr", SecretStr("s3cret"), users)
+    as_shop = {"authorization": _basic("grafana_shop", created.password)}
+    assert auth.check(as_shop, {}) == Principal("grafana_shop", "shop")
+    with pytest.raises(SqlError):
+        auth.check({"authorization": _basic("grafana_shop", "s3cret")}, {})
+    with pytest.raises(SqlError):  # the admin's name never takes a project's password
+        auth.check({"authorization": _basic("afr", created.password)}, {})
+    fresh = SqlAuthenticator("afr", SecretStr("s3cret"), users)
+    assert users.revoke("grafana_shop")
+    with pytest.raises(SqlError):
+        fresh.check(as_shop, {})
+    with pytest.raises(ValueError, match="exists already"):
+        users.create("shop", "grafana_shop")
+    replaced = users.create("shop", "grafana_shop", replace=True)
+    assert (
+        fresh.check({"authorization": _basic("grafana_shop", replaced.password)}, {}).project
+        == "shop"
+    )
+    assert users.project_for("grafana_shop", created.password) is None
+
+
+@pytest.mark.parametrize("project", ["", "a b", "x'y", "é", "a" * 129])
+def test_sql_credentials_are_for_plain_project_names(tmp_path: Path, project: str) -> None:
+    with pytest.raises(ValueError, match="projects named"):
+        SqlUserStore(tmp_path / "keys.sqlite").create(project)
 
 
 @pytest.mark.parametrize(

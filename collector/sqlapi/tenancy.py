@@ -1,0 +1,236 @@
+"""A project credential's queries see that project's rows only, whatever SQL they send.
+
+On a ClickHouse server the engine does this with row policies on the users ``afr sql-users``
+creates (``collector/store/access.py``). chDB has no users or row policies, so the SQL
+interface enforces the same rule in two independent layers (ADR 27):
+
+1. **Filters on every read, by the engine.** The request's handle carries the setting
+   ``additional_table_filters``: ``ProjectId = '<project>'`` for every table of the store that
+   has a ``ProjectId`` column (and for the materialized views that read them), ``0`` for
+   every other table of the store and every ``system`` table outside ``SYSTEM_TABLES``. The
+   engine applies a filter wherever the table is read: joins, subqueries, ``IN (SELECT ...)``,
+   ``UNION``, views, CTEs, scalar subqueries. A client cannot lift it: the handle is
+   ``readonly=1`` (no ``SETTINGS`` change in the query), and the setting is denied in the URL.
+2. **A check of what the query reads, in the engine's own analysis.** Before it runs, the
+   query is analysed on the same handle (``EXPLAIN QUERY TREE``); every table it reads must
+   be a filtered table or view of the store, a project-free table (``GLOBAL_TABLES``) or an
+   allowed ``system`` table, and every table function one of ``TABLE_FUNCTIONS`` (``merge()``
+   and ``mergeTreeIndex()`` read storage below the filters: they are refused). A node the
+   analysis could not resolve is refused: unknown means no.
+
+Pure functions over the catalog and the analysis' text; the engine calls them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from collector.sqlapi.errors import Code, SqlError
+
+__all__ = [
+    "GLOBAL_TABLES",
+    "PROJECT_COLUMN",
+    "SYSTEM_TABLES",
+    "TABLE_FUNCTIONS",
+    "ProjectScope",
+    "StoreTable",
+    "check_reads",
+    "strip_format",
+]
+
+PROJECT_COLUMN = "ProjectId"
+
+GLOBAL_TABLES = frozenset({"model_prices", "schema_migrations"})
+"""Tables of the store that hold no project's data: prices per model, applied migrations."""
+
+SYSTEM_TABLES = frozenset(
+    {
+        # Constants and generators.
+        "one",
+        "numbers",
+        "numbers_mt",
+        "zeros",
+        "zeros_mt",
+        "primes",
+        # What a query builder reads to list databases, tables and columns.
+        "databases",
+        "tables",
+        "columns",
+        "data_skipping_indices",
+        "completions",
+        # The engine's own vocabulary.
+        "functions",
+        "table_functions",
+        "table_engines",
+        "database_engines",
+        "data_type_families",
+        "aggregate_function_combinators",
+        "formats",
+        "keywords",
+        "collations",
+        "codecs",
+        "time_zones",
+        "build_options",
+        "settings",
+        "licenses",
+        "contributors",
+        "documentation",
+    }
+)
+"""``system`` tables a project credential may read: metadata and constants, never another
+query's text (``processes``, ``query_log``), the store's parts or caches."""
+
+INFORMATION_SCHEMA = frozenset({"information_schema", "INFORMATION_SCHEMA"})
+"""Views over ``system.tables``/``columns``: they read only allowed system tables."""
+
+TABLE_FUNCTIONS = frozenset(
+    {
+        "numbers",
+        "numbers_mt",
+        "zeros",
+        "zeros_mt",
+        "values",
+        "null",
+        "generateSeries",
+        "generate_series",
+        "generateRandom",
+        "primes",
+    }
+)
+"""Table functions that only compute. ``merge()``, ``mergeTreeIndex()`` and kin read a
+table's storage below the filters; ``view()`` hides its reads from the analysis."""
+
+_DENIED_FUNCTION_PREFIXES = ("dictget", "dicthas", "dictisin", "joinget")
+"""Scalar functions that read a dictionary or a Join table by name, not through a filter."""
+
+
+@dataclass(frozen=True)
+class StoreTable:
+    database: str
+    name: str
+    engine: str
+    has_project: bool
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.database}.{self.name}"
+
+    @property
+    def is_view(self) -> bool:
+        return self.engine == "View"
+
+
+@dataclass(frozen=True)
+class ProjectScope:
+    """What a project credential may read, from the engine's catalog read at start."""
+
+    store_tables: tuple[StoreTable, ...]
+    system_tables: frozenset[str]
+    """Every table of the ``system`` database (the ones not allowed are filtered to nothing)."""
+
+    def readable(self, qualified: str) -> bool:
+        database, _, name = qualified.partition(".")
+        if database == "system":
+            return name in SYSTEM_TABLES
+        if database in INFORMATION_SCHEMA:
+            return True
+        for table in self.store_tables:
+            if table.qualified == qualified:
+                return (
+                    table.is_view
+                    or (table.has_project and table.engine != "MaterializedView")
+                    or (table.name in GLOBAL_TABLES)
+                )
+        return False
+
+    def filters(self, project: str) -> str:
+        """The ``additional_table_filters`` value for ``project``, as ClickHouse reads a
+        map literal: ``{'db.table':'<condition>', ...}``."""
+        if not _PROJECT.match(project):
+            raise SqlError(Code.BAD_ARGUMENTS, "a project name is letters, digits, '-' or '_'")
+        entries: list[tuple[str, str]] = []
+        for table in self.store_tables:
+            if table.is_view:
+                continue  # its reads are filtered where they happen
+            if table.has_project:
+                entries.append((table.qualified, f"{PROJECT_COLUMN} = '{project}'"))
+            elif table.name not in GLOBAL_TABLES:
+                entries.append((table.qualified, "0"))
+        entries.extend(
+            (f"system.{name}", "0") for name in sorted(self.system_tables - SYSTEM_TABLES)
+        )
+        body = ",".join(f"{_quoted(name)}:{_quoted(condition)}" for name, condition in entries)
+        return "{" + body + "}"
+
+    def setting(self, project: str) -> tuple[str, str]:
+        """The handle's setting, percent-encoded for chDB's connection string (which it
+        percent-decodes before splitting at ``&``: a project name holds no ``&``)."""
+        return "additional_table_filters", quote(self.filters(project), safe="")
+
+
+_PROJECT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+_FORMAT_LINE = re.compile(r"^FORMAT \S+$", re.MULTILINE)
+
+
+def strip_format(canonical: str) -> str:
+    """The engine's canonical rendering without its ``FORMAT`` clause, which formatQuery
+    prints on a line of its own (a string literal's newline is printed escaped)."""
+    return _FORMAT_LINE.sub("", canonical)
+
+
+_TABLE = re.compile(r"^\s*TABLE id: \d+,(?:.*?, )?table_name: (\S+)\s*$")
+_TABLE_FUNCTION = re.compile(r"^\s*TABLE_FUNCTION id: \d+,(?:.*?, )?table_function_name: (\w+)")
+_FUNCTION = re.compile(r"^\s*FUNCTION id: \d+, function_name: (\w+)")
+_UNRESOLVED = re.compile(r"^\s*(?:IDENTIFIER|MATCHER) id: ")
+
+
+def check_reads(tree: str, scope: ProjectScope) -> None:
+    """Refuses a query whose analysis (``EXPLAIN QUERY TREE``) reads a table or calls a
+    table function a project credential may not, or holds a node left unresolved."""
+    lines = tree.splitlines()
+    if not lines:
+        raise SqlError(Code.ACCESS_DENIED, "the query could not be analysed: refused")
+    for line in lines:
+        if (table := _TABLE.match(line)) is not None:
+            name = table.group(1)
+            if not scope.readable(name):
+                raise SqlError(
+                    Code.ACCESS_DENIED,
+                    f"Table {name} is not readable with a project credential: it reads the "
+                    "store's tables and views, and the system tables that hold no data",
+                )
+        elif (function := _TABLE_FUNCTION.match(line)) is not None:
+            name = function.group(1)
+            if name not in TABLE_FUNCTIONS:
+                raise SqlError(
+                    Code.ACCESS_DENIED,
+                    f"Table function {name}() is not served to a project credential: it "
+                    "reads storage below the project's filter, or hides what it reads",
+                )
+        elif (scalar := _FUNCTION.match(line)) is not None:
+            if scalar.group(1).lower().startswith(_DENIED_FUNCTION_PREFIXES):
+                raise SqlError(
+                    Code.ACCESS_DENIED,
+                    f"Function {scalar.group(1)}() reads a table by name: not served to a "
+                    "project credential",
+                )
+        elif _UNRESOLVED.match(line) is not None:
+            raise SqlError(
+                Code.ACCESS_DENIED,
+                "the query holds a part the engine's analysis left unresolved (a table "
+                "function's subquery?): refused for a project credential",
+            )
+
+
+def store_tables(rows: Iterable[tuple[str, str, str, int]]) -> tuple[StoreTable, ...]:
+    """(database, name, engine, has ProjectId) rows of the catalog query."""
+    return tuple(StoreTable(d, n, e, bool(p)) for d, n, e, p in rows)
