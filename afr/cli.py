@@ -689,6 +689,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_secrets_parser(commands)  # afr secrets init
 
+    from afr.sql_users_cli import add_sql_users_parser  # stdlib only at import
+
+    add_sql_users_parser(commands)  # afr sql-users create|list|revoke
+
     from afr.openapi_cli import add_openapi_parser  # stdlib only at import
 
     add_openapi_parser(commands)  # afr openapi [--write|--check]

@@ -48,6 +48,12 @@ def add_grafana_parser(commands: Any) -> argparse.ArgumentParser:
         help="a ClickHouse server instead: http(s)://user:password@host:8123 (use a read-only "
         "user)",
     )
+    push.add_argument(
+        "--project",
+        help="bind the datasource to this project: a SQL credential of its own (user "
+        "grafana_<project>, re-keyed on every push) whose queries see only this project's "
+        "rows, so one Grafana organization per team works (push with that org's token)",
+    )
     push.add_argument("--database", default="afr", help="afr's database (AFR_DATABASE)")
     push.add_argument("--folder", default="afr", help="the dashboards' folder uid and title")
     push.add_argument(
@@ -71,6 +77,23 @@ def _sql_password(args: argparse.Namespace) -> str:
             f"no {path}: start the SQL interface once (afr up --sql) or pass --sql-password"
         )
     return path.read_text().strip()
+
+
+def _project_target(args: argparse.Namespace, target: Any) -> Any:
+    """``target`` with a fresh credential of ``args.project`` (on the ClickHouse server too,
+    when afr's store is one): the datasource then reads that project's rows only."""
+    import dataclasses
+
+    from afr.sql_users_cli import create_sql_user
+    from collector.settings import CollectorSettings
+
+    overrides: dict[str, Any] = {"database": args.database}
+    if args.data_dir is not None:
+        overrides["data_dir"] = args.data_dir
+    settings = CollectorSettings(**overrides)
+    user = f"grafana_{args.project}"
+    created = create_sql_user(settings, args.project, user, replace=True)
+    return dataclasses.replace(target, username=created.user, password=created.password)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -98,12 +121,19 @@ def run_command(args: argparse.Namespace) -> int:
                 host=args.sql_host,
                 port=args.sql_port,
                 username=args.sql_user,
-                password=_sql_password(args),
+                # A project's datasource gets a credential of its own: no admin password.
+                password="" if args.project else _sql_password(args),
                 database=args.database,
             )
     except (GrafanaError, OSError) as exc:
         print(f"afr grafana push: {exc}", file=sys.stderr)
         return 2
+    if args.project:
+        try:
+            target = _project_target(args, target)
+        except ValueError as exc:
+            print(f"afr grafana push: {exc}", file=sys.stderr)
+            return 2
     dashboards = {uid: with_database(d, args.database) for uid, d in build_all().items()}
     try:
         with client_for(url, token, timeout_s=args.timeout_s) as client:

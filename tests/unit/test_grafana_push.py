@@ -328,3 +328,28 @@ def test_an_unreachable_grafana_and_a_missing_token_are_explained(
     monkeypatch.setenv("AFR_GRAFANA_URL", closed)
     assert main(["grafana", "push", "--sql-password", PASSWORD, "--timeout-s", "2"]) == 1
     assert "cannot reach Grafana" in capsys.readouterr().err
+
+
+def test_a_project_push_binds_the_datasource_to_a_credential_of_that_project(
+    grafana: tuple[FakeGrafana, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from collector.auth import SqlUserStore
+
+    fake, url = grafana
+    users = SqlUserStore(tmp_path / "keys.sqlite")
+    assert push(url, "--data-dir", str(tmp_path), "--project", "shop") == 0  # no admin password
+    source = fake.datasources["afr-clickhouse"]
+    first = source["secureJsonData"]["password"]
+    assert source["jsonData"]["username"] == "grafana_shop"
+    assert users.project_for("grafana_shop", first) == "shop"
+    out, err = capsys.readouterr()
+    assert first not in out + err, "the credential goes to Grafana only"
+    # Pushed again (a team's Grafana re-provisioned): re-keyed, the old password stops working.
+    assert push(url, "--data-dir", str(tmp_path), "--project", "shop") == 0
+    second = fake.datasources["afr-clickhouse"]["secureJsonData"]["password"]
+    assert second != first
+    assert users.project_for("grafana_shop", first) is None
+    assert users.project_for("grafana_shop", second) == "shop"
+    assert [(u.user, u.project) for u in users.list()] == [("grafana_shop", "shop")]
+    assert push(url, "--data-dir", str(tmp_path), "--project", "no such/project") == 2
+    assert "projects named" in capsys.readouterr().err
