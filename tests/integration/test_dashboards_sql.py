@@ -8,6 +8,7 @@ Grafana's datasource would send them) give the same answers."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -593,3 +594,108 @@ def test_the_trace_search_panel_lists_each_root_once(world: World) -> None:
     assert {r["project"] for r in rows} == {PROJECT}
     starts = [r["startTime"] for r in rows]
     assert starts == sorted(starts, reverse=True)
+
+
+# -- a dashboard opens whole -------------------------------------------------------------------
+
+# What clickhouse-go v2.47 (the plugin's driver) sends over HTTP with every query.
+GO_PARAMS = {"client_protocol_version": "54460", "database": "afr", "default_format": "Native"}
+GO_HEADERS = {
+    "User-Agent": "clickhouse-go/2.47.0 (database/sql; lv:go/1.24.6; os:linux) "
+    "grafana/12.1.0 clickhouse-datasource/4.20.0",
+    "Accept-Encoding": "gzip",
+    "Content-Type": "text/plain",
+}
+LOADS = 10
+JITTER_S = 0.02  # clickhouse-go sends a dashboard's queries within ~20 ms of each other
+
+
+def load_phases(world: World, uid: str) -> list[list[str]]:
+    """A dashboard load as Grafana makes it: its query variables' SQL at once, then every
+    panel's query at once (the run timeline opened on the seeded run)."""
+    chosen = {"run_id": world.seeded.source_run_id} if uid == RUN_UID else {}
+    variables = world.variables(uid, **chosen)
+    templating = [
+        interpolate(spec["query"]["rawSql"], variables, world.time_range)
+        for spec in DASHBOARDS[uid]["templating"]["list"]
+        if spec["type"] == "query"
+    ]
+    panels = [
+        interpolate(panel["targets"][0]["rawSql"], variables, world.time_range)
+        for panel in DASHBOARDS[uid]["panels"]
+    ]
+    return [templating, panels]
+
+
+def _send_together(
+    port: int, queries: list[tuple[tuple[str, str], str]], seed: int
+) -> list[tuple[str, int, str]]:
+    """Every (credential, sql) at once from its own connection, with clickhouse-go's jitter;
+    (sql, status, error code) of each answer."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    delays = random.Random(seed)
+    jitter = [delays.uniform(0, JITTER_S) for _ in queries]
+
+    def send(index: int) -> tuple[str, int, str]:
+        (user, password), sql = queries[index]
+        time.sleep(jitter[index])  # the load's shape, not a wait for a result
+        response = httpx.post(
+            f"http://127.0.0.1:{port}/",
+            params=GO_PARAMS,
+            headers=GO_HEADERS,
+            content=sql,
+            auth=(user, password),
+            timeout=60,
+        )
+        return sql, response.status_code, response.headers.get("x-clickhouse-exception-code", "")
+
+    with ThreadPoolExecutor(len(queries)) as pool:
+        return list(pool.map(send, range(len(queries))))
+
+
+def _failed(answers: list[tuple[str, int, str]]) -> list[str]:
+    return [f"{status} code {code}: {sql[:80]!r}" for sql, status, code in answers if status != 200]
+
+
+@pytest.mark.parametrize("uid", sorted(DASHBOARDS))
+def test_a_dashboard_loaded_as_grafana_loads_it_renders_every_panel(world: World, uid: str) -> None:
+    port = world.running.collector.sql_port
+    assert port, "the collector started its SQL interface"
+    admin = ("afr", SQL_PASSWORD)
+    phases = load_phases(world, uid)
+    assert len(phases[1]) >= 5, "a dashboard of several panels"
+    failures: list[str] = []
+    for load in range(LOADS):
+        for phase, queries in enumerate(phases):
+            if queries:
+                answers = _send_together(port, [(admin, q) for q in queries], load * 10 + phase)
+                failures += _failed(answers)
+    assert failures == [], f"{len(failures)} panel queries failed in {LOADS} loads: {failures[:3]}"
+
+
+def test_two_users_loading_two_dashboards_at_once_render_every_panel(world: World) -> None:
+    from collector.auth import SqlUserStore
+
+    port = world.running.collector.sql_port
+    assert port, "the collector started its SQL interface"
+    team = SqlUserStore(world.running.settings.keys_path).create(PROJECT)
+    users = [("afr", SQL_PASSWORD), (team.user, team.password)]
+    failures: list[str] = []
+    for load, pair in enumerate(
+        [(RUNS_UID, TOOLS_UID), (RUN_UID, EVALS_UID), (TOOLS_UID, EVALS_UID)]
+    ):
+        phases = [load_phases(world, uid) for uid in pair]
+        for phase in range(2):
+            together = [
+                (user, sql)
+                for user, uid_phases in zip(users, phases, strict=True)
+                for sql in uid_phases[phase]
+            ]
+            failures += _failed(_send_together(port, together, 1000 + load * 10 + phase))
+    assert failures == [], f"{len(failures)} panel queries failed: {failures[:3]}"
+    health = world.running.api("/healthz").json()["sql"]
+    assert health["refused_busy"] == 0
