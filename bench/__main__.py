@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from bench import (
     collector_bench,
+    dashboard_bench,
     eval_bench,
     exporter_bench,
     read_bench,
@@ -20,6 +21,7 @@ BENCHES: dict[str, Callable[[], object]] = {
     "worker": worker_bench.main,
     "eval": eval_bench.main,
     "read": read_bench.main,
+    "dashboards": dashboard_bench.main,
     "testbed": testbed_bench.main,
 }
 
