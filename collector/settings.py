@@ -126,6 +126,9 @@ class CollectorSettings(SecretsDirSettings):
     sql_queue_max_wait_ms: int = Field(default=10_000, ge=0, le=600_000)
     """How long a query waits for a slot before it is refused (503,
     TOO_MANY_SIMULTANEOUS_QUERIES); 0: refused at once, as ClickHouse does by default."""
+    sql_thread_priority: int = Field(default=10, ge=0, le=19)
+    """The nice value of the SQL interface's query threads (ClickHouse's
+    ``os_thread_priority``): above ingest's 0, so dashboards take the CPU ingest leaves."""
     sql_max_queued: int = Field(default=256, ge=1, le=100_000)
     """Queries waiting at once (one user: half of it); one more is refused at once."""
     sql_max_query_bytes: int = Field(default=MiB, ge=1024, le=64 * MiB)

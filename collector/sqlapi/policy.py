@@ -231,6 +231,9 @@ class Limits:
     max_result_bytes: int | None
     max_result_rows: int | None
     max_query_bytes: int
+    thread_priority: int = 10
+    """The nice value of a query's engine threads (ClickHouse's ``os_thread_priority``): ingest,
+    at 0, wins the CPU from dashboards. A client cannot change it."""
 
 
 @dataclass(frozen=True)
@@ -493,6 +496,7 @@ def connection_settings(
         )
     if "session_timezone" not in options.settings:
         ours["session_timezone"] = "UTC"
+    ours["os_thread_priority"] = str(limits.thread_priority)
     ours["readonly"] = "1"
     client = [(name, value) for name, value in options.settings.items() if name not in ours]
     return client + list(ours.items())

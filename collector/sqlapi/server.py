@@ -107,6 +107,7 @@ class SqlInterface:
             max_result_bytes=settings.sql_max_result_bytes,
             max_result_rows=settings.sql_max_result_rows,
             max_query_bytes=settings.sql_max_query_bytes,
+            thread_priority=settings.sql_thread_priority,
         )
         slots = settings.sql_max_concurrency or sized_concurrency(
             os.cpu_count() or 1,

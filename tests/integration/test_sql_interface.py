@@ -340,6 +340,10 @@ def test_settings_reach_the_engine_and_the_caps_always_apply(sql: Sql) -> None:
         "SELECT getSetting('max_execution_time')", params={"max_execution_time": "1"}
     )
     assert lowered.text == "1\n"
+    # Query threads run below ingest's priority, whatever the client asks (root could raise it).
+    for asked in ({}, {"os_thread_priority": "-20"}, {"os_thread_priority": "0"}):
+        niced = sql.post("SELECT getSetting('os_thread_priority')", params=asked)
+        assert niced.text == "10\n", asked
 
 
 def test_ping_and_root(sql: Sql) -> None:
