@@ -21,11 +21,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.sqlapi.errors import Code, SqlError, from_engine
-from collector.sqlapi.policy import OutputFormat, check_statement, denied_functions, output_format
+from collector.sqlapi.policy import (
+    OutputFormat,
+    check_statement,
+    denied_functions,
+    output_format,
+    tokens,
+)
 from collector.sqlapi.tenancy import (
     PROJECT_COLUMN,
+    TABLE_FUNCTIONS,
     ProjectScope,
     check_reads,
+    check_scoped_tokens,
+    redact_values,
     store_tables,
     strip_format,
 )
@@ -58,6 +67,10 @@ class Catalog:
     display_name: str
     scope: ProjectScope
     """What a project credential may read, and the filters that keep it to its project."""
+    scoped_denied_functions: frozenset[str]
+    """Refused in call position for a project credential, anywhere in the query: every table
+    function of the catalog but the ones that only compute (``merge()`` in a scalar subquery
+    would otherwise run during the analysis)."""
 
 
 _ANALYSED = frozenset({"SELECT", "WITH", "("})
@@ -99,9 +112,13 @@ class ReadOnlyEngine:
             ]
         finally:
             conn.close()
+        computing = {name.lower() for name in TABLE_FUNCTIONS}
+        denied = denied_functions(table_functions)
         return Catalog(
             known_settings=frozenset(settings),
-            denied_functions=denied_functions(table_functions),
+            denied_functions=denied,
+            scoped_denied_functions=denied
+            | ({name.lower() for name in table_functions} - computing),
             version=version,
             display_name=display_name,
             scope=ProjectScope(
@@ -127,7 +144,7 @@ class ReadOnlyEngine:
         ``scope`` (a project credential's: the catalog's scope and the project), the handle
         carries the project's filters and the query's reads are checked first."""
         if scope is not None:
-            settings = [*settings, scope[0].setting(scope[1])]
+            settings = [*settings, *scope[0].settings(scope[1])]
         try:
             conn = self._connect(settings)
         except RuntimeError as error:  # a setting value the engine cannot parse
@@ -136,8 +153,10 @@ class ReadOnlyEngine:
             canonical = _canonical(conn, sql)
             statement = check_statement(canonical, denied)
             if scope is not None:
-                _check_scoped(conn, statement.kind, canonical, scope[0])
-            fmt = output_format(statement.format or default_format)
+                check_scoped_tokens(statement.kind, tokens(canonical))
+                _check_scoped(conn, statement.kind, canonical, scope[0], params)
+            found = _FORMAT.search(canonical)
+            fmt = output_format((found.group(1) if found else None) or default_format)
             result = conn.query(sql, fmt.name, params=dict(params))
             return EngineResult(
                 body=result.bytes(),
@@ -147,7 +166,10 @@ class ReadOnlyEngine:
                 elapsed_s=float(result.elapsed()),
             )
         except RuntimeError as error:
-            raise from_engine(str(error)) from None
+            refused = from_engine(str(error))
+            if scope is not None:
+                refused = SqlError(refused.code, redact_values(refused.message), refused.name)
+            raise refused from None
         finally:
             conn.close()
 
@@ -160,14 +182,22 @@ class ReadOnlyEngine:
         return connect(f"{self._path}?{query}")
 
 
-def _check_scoped(conn: Any, kind: str, canonical: str, scope: ProjectScope) -> None:
+_FORMAT = re.compile(r"^FORMAT (\S+)$", re.MULTILINE)
+"""The output format as formatQuery prints it, on a line of its own (``SETTINGS`` may follow)."""
+
+
+def _check_scoped(
+    conn: Any, kind: str, canonical: str, scope: ProjectScope, params: Mapping[str, str]
+) -> None:
     if kind == "EXPLAIN":
         raise SqlError(
             Code.ACCESS_DENIED, "EXPLAIN is not served to a project credential (the admin's)"
         )
     if kind in _ANALYSED:
-        tree = _lines(conn, f"EXPLAIN QUERY TREE {strip_format(canonical)}")
-        check_reads("\n".join(tree), scope)
+        explained = conn.query(
+            f"EXPLAIN QUERY TREE {strip_format(canonical)}", "TSVRaw", params=dict(params)
+        )
+        check_reads(explained.bytes().decode(), scope)
 
 
 def _canonical(conn: Any, sql: str) -> str:

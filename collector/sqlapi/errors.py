@@ -119,6 +119,14 @@ _BAD_REQUEST = frozenset(
         456,  # UNKNOWN_QUERY_PARAMETER
         457,  # BAD_QUERY_PARAMETER
         271,  # CANNOT_DECOMPRESS
+        # Also the client's query, answered 500 by ClickHouse: a 5xx would say we failed.
+        395,  # FUNCTION_THROW_IF_VALUE_IS_NON_ZERO
+        153,  # ILLEGAL_DIVISION
+        306,  # TOO_DEEP_RECURSION
+        43,  # ILLEGAL_TYPE_OF_ARGUMENT
+        141,  # SAMPLING_NOT_SUPPORTED
+        206,  # ALIAS_REQUIRED
+        20,  # NUMBER_OF_COLUMNS_DOESNT_MATCH
     }
 )
 _NOT_FOUND = frozenset(

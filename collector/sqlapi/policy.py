@@ -98,7 +98,18 @@ DENIED_SETTINGS = frozenset(
 DENIED_SETTING_PREFIXES = ("allow_experimental_",)
 # And for a project credential: a cached result is shared across handles, whose filters differ.
 PROJECT_DENIED_SETTINGS = frozenset(
-    {"use_query_cache", "enable_reads_from_query_cache", "enable_writes_to_query_cache"}
+    {
+        "use_query_cache",
+        "enable_reads_from_query_cache",
+        "enable_writes_to_query_cache",
+        # The order that runs the project's filter first (tenancy.SCOPED_SETTINGS).
+        "optimize_move_to_prewhere",
+        "allow_reorder_prewhere_conditions",
+        "query_plan_merge_filters",
+        "short_circuit_function_evaluation",
+        "enable_scalar_subquery_optimization",
+        "apply_prewhere_after_final",
+    }
 )
 PROJECT_DENIED_SETTING_PREFIXES = ("query_cache_",)
 

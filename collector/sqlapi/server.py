@@ -323,7 +323,11 @@ class SqlInterface:
                 default_format=options.default_format or DEFAULT_FORMAT,
                 params=options.params,
                 settings=plan.settings,
-                denied=self._catalog.denied_functions,
+                denied=(
+                    self._catalog.denied_functions
+                    if plan.principal.project is None
+                    else self._catalog.scoped_denied_functions
+                ),
                 scope=(
                     None
                     if plan.principal.project is None

@@ -24,20 +24,24 @@ Pure functions over the catalog and the analysis' text; the engine calls them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from collector.sqlapi.errors import Code, SqlError
+from collector.sqlapi.policy import Token
 
 __all__ = [
     "GLOBAL_TABLES",
     "PROJECT_COLUMN",
+    "SCOPED_SETTINGS",
     "SYSTEM_TABLES",
     "TABLE_FUNCTIONS",
     "ProjectScope",
     "StoreTable",
     "check_reads",
+    "check_scoped_tokens",
+    "redact_values",
     "strip_format",
 ]
 
@@ -103,6 +107,20 @@ TABLE_FUNCTIONS = frozenset(
 """Table functions that only compute. ``merge()``, ``mergeTreeIndex()`` and kin read a
 table's storage below the filters; ``view()`` hides its reads from the analysis."""
 
+SCOPED_SETTINGS = (
+    # The project's filter runs before any expression of the client's: without these the
+    # engine merges it into one PREWHERE with the client's WHERE and reorders them, so a
+    # failing cast in the client's WHERE quoted the other project's values (found by review).
+    ("optimize_move_to_prewhere", "0"),
+    ("allow_reorder_prewhere_conditions", "0"),
+    ("query_plan_merge_filters", "0"),
+    ("short_circuit_function_evaluation", "enable"),
+    # Scalar subqueries stay in the analysed tree (else they run during the analysis and
+    # leave a ``__getScalar`` behind): their reads are checked like the rest.
+    ("enable_scalar_subquery_optimization", "0"),
+)
+"""A project credential's handle settings beside its filters; a client cannot send them."""
+
 _DENIED_FUNCTION_PREFIXES = ("dictget", "dicthas", "dictisin", "joinget")
 """Scalar functions that read a dictionary or a Join table by name, not through a filter."""
 
@@ -165,10 +183,14 @@ class ProjectScope:
         body = ",".join(f"{_quoted(name)}:{_quoted(condition)}" for name, condition in entries)
         return "{" + body + "}"
 
-    def setting(self, project: str) -> tuple[str, str]:
-        """The handle's setting, percent-encoded for chDB's connection string (which it
-        percent-decodes before splitting at ``&``: a project name holds no ``&``)."""
-        return "additional_table_filters", quote(self.filters(project), safe="")
+    def settings(self, project: str) -> list[tuple[str, str]]:
+        """The handle's settings for ``project``: ``SCOPED_SETTINGS`` and the filters,
+        percent-encoded for chDB's connection string (which it percent-decodes before
+        splitting at ``&``: a project name holds no ``&``)."""
+        return [
+            *SCOPED_SETTINGS,
+            ("additional_table_filters", quote(self.filters(project), safe="")),
+        ]
 
 
 _PROJECT = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -187,8 +209,11 @@ def strip_format(canonical: str) -> str:
     return _FORMAT_LINE.sub("", canonical)
 
 
-_TABLE = re.compile(r"^\s*TABLE id: \d+,(?:.*?, )?table_name: (\S+)\s*$")
-_TABLE_FUNCTION = re.compile(r"^\s*TABLE_FUNCTION id: \d+,(?:.*?, )?table_function_name: (\w+)")
+_TABLE = re.compile(r"^\s*TABLE id: \d+, (?:alias: \S+, )?table_name: ([^\s,]+)(?:, .*)?$")
+_TABLE_FUNCTION = re.compile(
+    r"^\s*TABLE_FUNCTION id: \d+, (?:alias: \S+, )?table_function_name: (\w+)(?:, .*)?$"
+)
+_ANY_TABLE = re.compile(r"^\s*TABLE(?:_FUNCTION)? id: ")
 _FUNCTION = re.compile(r"^\s*FUNCTION id: \d+, function_name: (\w+)")
 _UNRESOLVED = re.compile(r"^\s*(?:IDENTIFIER|MATCHER) id: ")
 
@@ -200,6 +225,11 @@ def check_reads(tree: str, scope: ProjectScope) -> None:
     if not lines:
         raise SqlError(Code.ACCESS_DENIED, "the query could not be analysed: refused")
     for line in lines:
+        if _ANY_TABLE.match(line) and not (_TABLE.match(line) or _TABLE_FUNCTION.match(line)):
+            raise SqlError(
+                Code.ACCESS_DENIED,
+                "the query reads a table the check cannot name: refused for a project credential",
+            )
         if (table := _TABLE.match(line)) is not None:
             name = table.group(1)
             if not scope.readable(name):
@@ -229,6 +259,32 @@ def check_reads(tree: str, scope: ProjectScope) -> None:
                 "the query holds a part the engine's analysis left unresolved (a table "
                 "function's subquery?): refused for a project credential",
             )
+
+
+def check_scoped_tokens(kind: str, toks: Sequence[Token]) -> None:
+    """What a project credential's statement may hold, checked on the canonical text before
+    the engine analyses or runs anything: no ``PREWHERE`` (it would run before the filter);
+    SHOW, DESCRIBE and EXISTS of names only (an expression there is never analysed)."""
+    words = {t.text.upper() for t in toks if t.kind == "word"}
+    if "PREWHERE" in words:
+        raise SqlError(Code.ACCESS_DENIED, "PREWHERE is not served to a project credential")
+    if kind not in ("SELECT", "WITH", "(") and (
+        "SELECT" in words or any(t.kind == "punct" and t.text == "(" for t in toks)
+    ):
+        raise SqlError(
+            Code.ACCESS_DENIED,
+            f"{kind} with an expression or a subquery is not served to a project credential: "
+            "name a table, or SELECT from system.tables / system.columns",
+        )
+
+
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'")
+
+
+def redact_values(message: str) -> str:
+    """An engine error for a project credential, without the values it quotes (defence in
+    depth: what the filters let through is the project's own, but an error is no channel)."""
+    return _QUOTED.sub("'…'", message)
 
 
 def store_tables(rows: Iterable[tuple[str, str, str, int]]) -> tuple[StoreTable, ...]:

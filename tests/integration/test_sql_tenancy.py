@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +22,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from collector.auth import SqlUserStore
 from collector.sqlapi import SQL_PASSWORD_FILE
+from tests.integration import tenancy_attacks as attacks
 from tests.integration.conftest import Running, start_collector
 
 OURS, THEIRS = "shop", "elsewhere"
@@ -248,3 +250,77 @@ def test_bad_and_revoked_project_credentials_are_refused_without_echo(tenancy: T
     stored = tenancy.running.settings.keys_path.read_bytes()
     assert doomed.password.encode() not in stored
     assert tenancy.password.encode() not in stored
+
+
+# --- the reviewer's corpus (tests/integration/tenancy_attacks.py) ------------------------------
+
+
+def _their_values(tenancy: Tenancy, text: str) -> list[str]:
+    return [s for s in (MARKER, tenancy.their_trace) if s in text]
+
+
+def _ids(cases: list[Any]) -> list[str]:
+    return [case[0] for case in cases]
+
+
+@pytest.mark.parametrize(("name", "sql", "params"), attacks.LEAKS, ids=_ids(attacks.LEAKS))
+def test_no_value_of_theirs_in_any_answer_or_error(
+    tenancy: Tenancy, name: str, sql: str, params: dict[str, str]
+) -> None:
+    response = tenancy.post(sql, params)
+    assert not _their_values(tenancy, response.text), response.text
+    assert response.status_code < 500, response.text
+
+
+@pytest.mark.parametrize(
+    ("name", "sql", "params", "only_theirs"), attacks.ORACLES, ids=_ids(attacks.ORACLES)
+)
+def test_no_answer_that_only_their_rows_could_give(
+    tenancy: Tenancy, name: str, sql: str, params: dict[str, str], only_theirs: str
+) -> None:
+    response = tenancy.post(sql, params)
+    assert only_theirs not in response.text, response.text
+    assert not _their_values(tenancy, response.text), response.text
+
+
+@pytest.mark.parametrize(("name", "sql", "params"), attacks.HELD, ids=_ids(attacks.HELD))
+def test_spellings_functions_and_settings_hold(
+    tenancy: Tenancy, name: str, sql: str, params: dict[str, str]
+) -> None:
+    response = tenancy.post(sql, params)
+    assert not _leaks(tenancy, response.text), response.text
+    assert response.status_code < 500, response.text
+
+
+@pytest.mark.parametrize(
+    ("name", "sql", "params"),
+    attacks.FIVE_XX + attacks.LIMITS,
+    ids=_ids(attacks.FIVE_XX + attacks.LIMITS),
+)
+def test_bad_queries_get_a_client_error_and_the_server_stays_up(
+    tenancy: Tenancy, name: str, sql: str, params: dict[str, str]
+) -> None:
+    response = tenancy.post(sql, params)
+    assert not _their_values(tenancy, response.text), response.text
+    if (name, sql, params) in attacks.FIVE_XX:
+        assert response.status_code < 500, response.text
+    alive = tenancy.post("SELECT 1")
+    assert (alive.status_code, alive.text) == (200, "1\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "sql", "params"), attacks.LAYER2_GAPS, ids=_ids(attacks.LAYER2_GAPS)
+)
+def test_the_query_tree_check_refuses_by_itself(
+    tenancy: Tenancy, name: str, sql: str, params: dict[str, str]
+) -> None:
+    response = tenancy.post(sql, params)
+    assert response.status_code == 403, response.text
+    assert not _their_values(tenancy, response.text), response.text
+
+
+def test_query_parameters_bind_for_a_project_credential(tenancy: Tenancy) -> None:
+    response = tenancy.post(
+        "SELECT count() FROM afr.otel_traces WHERE ProjectId = {p:String}", {"param_p": "shop"}
+    )
+    assert (response.status_code, response.text) == (200, "2\n"), response.text
