@@ -438,14 +438,15 @@ FROM {
         "ParentSpanId = '' AND Duration > 0",
     )
 }
-ORDER BY startTime DESC, duration DESC
+ORDER BY startTime DESC, duration DESC, traceID, project
 LIMIT {TRACE_SEARCH_LIMIT}
 """
 """The plugin's trace search (sqlGenerator.ts ``generateTraceSearchQuery``: its columns,
 default filters, order and limit) for the selected projects, with the project the link to
 the run needs. Explore's builder sends the same on the trace view; this reads the root
 spans of the window once each (``LIMIT 1 BY``) under the view's service-name rule, and is
-faster than the view's ``FINAL`` over a whole window."""
+faster than the view's ``FINAL`` over a whole window. Ties (a run in two projects) are
+broken by id, so the same rows come in the same order every time."""
 
 _TRACE_SEARCH_BUILDER = {
     **_TRACE_BUILDER,
