@@ -53,16 +53,18 @@ class KeyInfo:
     revoked_at: str | None
 
 
-class KeyStore:
+class _SqliteFile:
+    """The keys' SQLite file (0600, its directory 0700): a connection per thread, and the
+    table ``DDL`` made on first use."""
+
+    DDL = ""
+
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._path = path
         self._local = threading.local()
         with self._connect() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS api_keys (digest TEXT PRIMARY KEY, project TEXT NOT NULL,"
-                " last4 TEXT NOT NULL, created_at TEXT NOT NULL, revoked_at TEXT)"
-            )
+            db.execute(self.DDL)
         path.chmod(0o600)
 
     def _connect(self) -> sqlite3.Connection:
@@ -71,6 +73,13 @@ class KeyStore:
             connection = sqlite3.connect(self._path, timeout=5, isolation_level=None)
             self._local.db = connection
         return connection
+
+
+class KeyStore(_SqliteFile):
+    DDL = (
+        "CREATE TABLE IF NOT EXISTS api_keys (digest TEXT PRIMARY KEY, project TEXT NOT NULL,"
+        " last4 TEXT NOT NULL, created_at TEXT NOT NULL, revoked_at TEXT)"
+    )
 
     def create(self, project: str) -> str:
         """A new key for ``project``; the only time the clear key exists."""
@@ -179,30 +188,17 @@ class CreatedSqlUser:
     password_sha256: str
 
 
-class SqlUserStore:
+class SqlUserStore(_SqliteFile):
     """SQL credentials bound to one project (``afr sql-users``): a user name, the SHA-256 of a
     high-entropy password, the project, in the keys' SQLite file. Every query of such a user
     sees only its project's rows (collector/sqlapi/tenancy.py on the embedded store, row
     policies on a ClickHouse server)."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._path = path
-        self._local = threading.local()
-        with self._connect() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS sql_users (user TEXT PRIMARY KEY, digest TEXT NOT NULL,"
-                " project TEXT NOT NULL, last4 TEXT NOT NULL, created_at TEXT NOT NULL,"
-                " revoked_at TEXT)"
-            )
-        path.chmod(0o600)
-
-    def _connect(self) -> sqlite3.Connection:
-        connection: sqlite3.Connection | None = getattr(self._local, "db", None)
-        if connection is None:
-            connection = sqlite3.connect(self._path, timeout=5, isolation_level=None)
-            self._local.db = connection
-        return connection
+    DDL = (
+        "CREATE TABLE IF NOT EXISTS sql_users (user TEXT PRIMARY KEY, digest TEXT NOT NULL,"
+        " project TEXT NOT NULL, last4 TEXT NOT NULL, created_at TEXT NOT NULL,"
+        " revoked_at TEXT)"
+    )
 
     def create(
         self, project: str, user: str | None = None, *, replace: bool = False
