@@ -91,6 +91,11 @@ def _project_target(args: argparse.Namespace, target: Any) -> Any:
     if args.data_dir is not None:
         overrides["data_dir"] = args.data_dir
     settings = CollectorSettings(**overrides)
+    if args.clickhouse_url and not settings.store_dsn.startswith(("http://", "https://")):
+        raise ValueError(
+            "--project with --clickhouse-url creates the project's user on that server: set "
+            "AFR_CLICKHOUSE_URL to it (an admin's URL, as afr reaches it)"
+        )
     user = f"grafana_{args.project}"
     created = create_sql_user(settings, args.project, user, replace=True)
     return dataclasses.replace(target, username=created.user, password=created.password)

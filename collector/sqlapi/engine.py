@@ -26,7 +26,6 @@ from collector.sqlapi.policy import (
     check_statement,
     denied_functions,
     output_format,
-    tokens,
 )
 from collector.sqlapi.tenancy import (
     PROJECT_COLUMN,
@@ -100,14 +99,14 @@ class ReadOnlyEngine:
             table_functions = _lines(conn, "SELECT name FROM system.table_functions")
             version, display_name = _lines(conn, "SELECT version(), displayName()")[0].split("\t")
             system_tables = _lines(conn, "SELECT name FROM system.tables WHERE database = 'system'")
-            database = _literal(self._database)
+            store = _literal(self._database)
             tables = [
                 line.split("\t")
                 for line in _lines(
                     conn,
                     "SELECT database, name, engine, name IN (SELECT table FROM system.columns "  # noqa: S608 - literals quoted by _literal
-                    f"WHERE database = {database} AND name = {_literal(PROJECT_COLUMN)}) "
-                    f"FROM system.tables WHERE database = {database}",
+                    f"WHERE database = {store} AND name = {_literal(PROJECT_COLUMN)}) "
+                    f"FROM system.tables WHERE database = {store}",
                 )
             ]
         finally:
@@ -153,10 +152,9 @@ class ReadOnlyEngine:
             canonical = _canonical(conn, sql)
             statement = check_statement(canonical, denied)
             if scope is not None:
-                check_scoped_tokens(statement.kind, tokens(canonical))
+                check_scoped_tokens(statement.kind, statement.tokens)
                 _check_scoped(conn, statement.kind, canonical, scope[0], params)
-            found = _FORMAT.search(canonical)
-            fmt = output_format((found.group(1) if found else None) or default_format)
+            fmt = output_format(statement.format or default_format)
             result = conn.query(sql, fmt.name, params=dict(params))
             return EngineResult(
                 body=result.bytes(),
@@ -180,10 +178,6 @@ class ReadOnlyEngine:
         query = "&".join(f"{name}={value}" for name, value in settings)
         connect: Any = chdb.connect  # untyped in chdb
         return connect(f"{self._path}?{query}")
-
-
-_FORMAT = re.compile(r"^FORMAT (\S+)$", re.MULTILINE)
-"""The output format as formatQuery prints it, on a line of its own (``SETTINGS`` may follow)."""
 
 
 def _check_scoped(

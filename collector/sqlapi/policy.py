@@ -618,6 +618,7 @@ class Statement:
     kind: str
     format: str | None
     """The query's own ``FORMAT`` clause, if any: it overrides ``default_format``."""
+    tokens: tuple[Token, ...] = ()
 
 
 def check_statement(sql: str, denied: frozenset[str]) -> Statement:
@@ -648,7 +649,7 @@ def check_statement(sql: str, denied: frozenset[str]) -> Statement:
             raise SqlError(
                 Code.READONLY, "INTO OUTFILE writes a file: afr's SQL interface is read-only"
             )
-    return Statement(kind, _format_clause(toks))
+    return Statement(kind, _format_clause(toks), tuple(toks))
 
 
 def refuse_writes(sql: str) -> None:
@@ -674,11 +675,25 @@ def _read_kind(first: Token) -> str:
 
 
 def _format_clause(toks: Sequence[Token]) -> str | None:
-    body = list(toks)
-    while body and body[-1].kind == "punct" and body[-1].text == ";":
-        body.pop()
-    if len(body) >= 3 and body[-2].kind == "word" and body[-2].text.upper() == "FORMAT":
-        last = body[-1]
-        if last.kind in ("word", "ident"):
-            return last.text
-    return None
+    """The statement's own ``FORMAT <name>``: outside parentheses, last but for a trailing
+    ``SETTINGS`` clause (``FORMAT JSON SETTINGS readonly = 1`` is one too)."""
+    depth, found = 0, None
+    for index, tok in enumerate(toks):
+        if tok.kind == "punct" and tok.text in "()":
+            depth += 1 if tok.text == "(" else -1
+            continue
+        if depth or tok.kind != "word" or tok.text.upper() != "FORMAT":
+            continue
+        name = toks[index + 1] if index + 1 < len(toks) else None
+        after = toks[index + 2] if index + 2 < len(toks) else None
+        if (
+            name is not None
+            and name.kind in ("word", "ident")
+            and (
+                after is None
+                or (after.kind == "punct" and after.text == ";")
+                or (after.kind == "word" and after.text.upper() == "SETTINGS")
+            )
+        ):
+            found = name.text
+    return found

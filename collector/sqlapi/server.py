@@ -37,7 +37,6 @@ from collector.settings import CollectorSettings
 from collector.sqlapi.admission import (
     Admission,
     AdmissionLimits,
-    AdmissionStats,
     memory_bytes,
     sized_concurrency,
 )
@@ -69,16 +68,6 @@ class SqlStats:
     """Answered with a 4xx: bad SQL, refused statements or settings, bad credentials."""
     failed: int = 0
     """Answered with a 5xx: time or memory limit, busy, engine fault."""
-    running: int = 0
-    """Queries on the engine now (a client that left still counts until the engine is done)."""
-    max_running: int = 0
-    queued: int = 0
-    """Queries waiting for a slot now."""
-    waited: int = 0
-    """Queries that waited for a slot, then ran."""
-    refused_busy: int = 0
-    """Queries refused because the queue was full or their wait ran out (503, code 202)."""
-    max_wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -172,14 +161,18 @@ class SqlInterface:
     def health(self) -> dict[str, object]:
         """The counts, and whether the server still serves (its task has not died)."""
         serving = self._task is not None and not self._task.done()
-        admitted: AdmissionStats = self._admission.stats
-        self.stats.running = admitted.running
-        self.stats.max_running = self._admission.limits.max_running
-        self.stats.queued = admitted.queued
-        self.stats.waited = admitted.waited
-        self.stats.refused_busy = admitted.refused_queue_full + admitted.refused_wait
-        self.stats.max_wait_s = round(admitted.max_wait_s, 3)
-        return {"serving": serving, **asdict(self.stats)}
+        admitted = self._admission.stats
+        return {
+            "serving": serving,
+            **asdict(self.stats),
+            # A client that left still counts as running until the engine is done.
+            "running": admitted.running,
+            "max_running": self._admission.limits.max_running,
+            "queued": admitted.queued,
+            "waited": admitted.waited,
+            "refused_busy": admitted.refused_queue_full + admitted.refused_wait,
+            "max_wait_s": round(admitted.max_wait_s, 3),
+        }
 
     async def stop(self) -> None:
         """Stops accepting, then waits for running queries (bounded by the time cap): a handle

@@ -2,23 +2,28 @@
 
 On a ClickHouse server the engine does this with row policies on the users ``afr sql-users``
 creates (``collector/store/access.py``). chDB has no users or row policies, so the SQL
-interface enforces the same rule in two independent layers (ADR 27):
+interface enforces the same rule itself (ADR 27):
 
-1. **Filters on every read, by the engine.** The request's handle carries the setting
+1. **Filters on every read, by the engine, first.** The request's handle carries the setting
    ``additional_table_filters``: ``ProjectId = '<project>'`` for every table of the store that
    has a ``ProjectId`` column (and for the materialized views that read them), ``0`` for
    every other table of the store and every ``system`` table outside ``SYSTEM_TABLES``. The
    engine applies a filter wherever the table is read: joins, subqueries, ``IN (SELECT ...)``,
-   ``UNION``, views, CTEs, scalar subqueries. A client cannot lift it: the handle is
-   ``readonly=1`` (no ``SETTINGS`` change in the query), and the setting is denied in the URL.
-2. **A check of what the query reads, in the engine's own analysis.** Before it runs, the
-   query is analysed on the same handle (``EXPLAIN QUERY TREE``); every table it reads must
-   be a filtered table or view of the store, a project-free table (``GLOBAL_TABLES``) or an
-   allowed ``system`` table, and every table function one of ``TABLE_FUNCTIONS`` (``merge()``
-   and ``mergeTreeIndex()`` read storage below the filters: they are refused). A node the
-   analysis could not resolve is refused: unknown means no.
+   ``UNION``, views, CTEs, scalar subqueries. ``SCOPED_SETTINGS`` make it run before any
+   expression of the client's (else a failing cast in a ``WHERE`` quotes another project's
+   value). A client cannot lift either: the handle is ``readonly=1`` (no ``SETTINGS`` change
+   in the query), and the settings are denied in the URL.
+2. **What the statement may hold, before anything runs** (``check_scoped_tokens``, and the
+   engine's function check with every table function but ``TABLE_FUNCTIONS`` denied by name):
+   no ``merge()``, ``mergeTreeIndex()``, ``view()`` anywhere, no ``PREWHERE``, SHOW /
+   DESCRIBE / EXISTS of names only.
+3. **What the query reads, in the engine's own analysis** (``check_reads`` over ``EXPLAIN
+   QUERY TREE``, scalar subqueries kept in it): every table a filtered table or view of the
+   store, a project-free table (``GLOBAL_TABLES``) or an allowed ``system`` table; a node the
+   analysis left unresolved, or a table line it cannot read, is refused: unknown means no.
 
-Pure functions over the catalog and the analysis' text; the engine calls them.
+An engine error sent to a project credential has its quoted values blanked
+(``redact_values``). Pure functions over the catalog, tokens and the analysis' text.
 """
 
 from __future__ import annotations

@@ -353,3 +353,7 @@ def test_a_project_push_binds_the_datasource_to_a_credential_of_that_project(
     assert [(u.user, u.project) for u in users.list()] == [("grafana_shop", "shop")]
     assert push(url, "--data-dir", str(tmp_path), "--project", "no such/project") == 2
     assert "projects named" in capsys.readouterr().err
+    # A server Grafana reaches, but afr's store is embedded: the user could not exist there.
+    server = ("--clickhouse-url", "http://grafana_ro:pw@ch:8123")
+    assert push(url, "--data-dir", str(tmp_path), "--project", "shop", *server) == 2
+    assert "AFR_CLICKHOUSE_URL" in capsys.readouterr().err

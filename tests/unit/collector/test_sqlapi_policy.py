@@ -140,6 +140,10 @@ def test_an_unknown_table_function_of_the_catalog_is_refused_and_a_known_safe_on
         ("SELECT 1 FORMAT `JSON`;", "JSON"),
         ("SELECT format\nFROM t", None),
         ("SELECT format('{}', 1)", None),
+        # A SETTINGS clause may follow; it hid the format, and an unserved one ran.
+        ("SELECT 1\nFORMAT Template\nSETTINGS readonly = 1", "Template"),
+        ("SELECT 1 FORMAT JSON SETTINGS max_threads = 1;", "JSON"),
+        ("SELECT * FROM (SELECT 1 FORMAT JSON) FORMAT CSV", "CSV"),
     ],
 )
 def test_the_format_clause_is_found(sql: str, fmt: str | None) -> None:
