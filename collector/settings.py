@@ -129,6 +129,10 @@ class CollectorSettings(SecretsDirSettings):
     sql_thread_priority: int = Field(default=10, ge=0, le=19)
     """The nice value of the SQL interface's query threads (ClickHouse's
     ``os_thread_priority``): above ingest's 0, so dashboards take the CPU ingest leaves."""
+    sql_max_threads: int | None = Field(default=None, ge=1, le=256)
+    """Engine threads one SQL-interface query may use (ClickHouse's ``max_threads``; a client
+    may lower it); unset: half the cores, at least one, so the queries running at once leave
+    ingest cores to write on."""
     sql_max_queued: int = Field(default=256, ge=1, le=100_000)
     """Queries waiting at once (one user: half of it); one more is refused at once."""
     sql_max_query_bytes: int = Field(default=MiB, ge=1024, le=64 * MiB)

@@ -245,6 +245,8 @@ class Limits:
     thread_priority: int = 10
     """The nice value of a query's engine threads (ClickHouse's ``os_thread_priority``): ingest,
     at 0, wins the CPU from dashboards. A client cannot change it."""
+    max_threads: int | None = None
+    """Engine threads per query (``max_threads``); a client may lower it. None: the engine's."""
 
 
 @dataclass(frozen=True)
@@ -505,6 +507,9 @@ def connection_settings(
         ours["max_result_rows"] = str(
             int(min(limits.max_result_rows, _client(options, "max_result_rows")))
         )
+    if limits.max_threads is not None:
+        asked = _client(options, "max_threads") or math.inf  # 0: the engine's "auto"
+        ours["max_threads"] = str(int(min(limits.max_threads, asked)))
     if "session_timezone" not in options.settings:
         ours["session_timezone"] = "UTC"
     ours["os_thread_priority"] = str(limits.thread_priority)

@@ -98,6 +98,7 @@ class SqlInterface:
             max_result_rows=settings.sql_max_result_rows,
             max_query_bytes=settings.sql_max_query_bytes,
             thread_priority=settings.sql_thread_priority,
+            max_threads=settings.sql_max_threads or max(1, (os.cpu_count() or 1) // 2),
         )
         slots = settings.sql_max_concurrency or sized_concurrency(
             os.cpu_count() or 1,

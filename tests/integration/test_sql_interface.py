@@ -32,6 +32,7 @@ from collector.auth import SqlUserStore
 from collector.sqlapi import SQL_PASSWORD_FILE, ensure_sql_password
 from tests.integration.conftest import Running, start_collector
 
+THREAD_CAP = 2
 TIME_CAP_S = 2.5  # long enough that a loaded machine still sees both queries running
 QUERY_CAP = 16 * 1024
 QUEUE_WAIT_MS = 1000  # shorter than the time cap: a query queued behind two long ones is refused
@@ -120,6 +121,7 @@ def sql(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sql]:
         # Three slots, two of them for one user; a query that finds none waits QUEUE_WAIT_MS.
         sql_max_concurrency=3,
         sql_queue_max_wait_ms=QUEUE_WAIT_MS,
+        sql_max_threads=THREAD_CAP,
     )
     try:
         trace_id = _export_trace(running)
@@ -333,9 +335,14 @@ def test_settings_reach_the_engine_and_the_caps_always_apply(sql: Sql) -> None:
     response = sql.post(
         "SELECT getSetting('readonly'), getSetting('max_execution_time'), "
         "getSetting('output_format_json_quote_64bit_integers'), getSetting('max_threads')",
-        params={"output_format_json_quote_64bit_integers": "1", "max_threads": "3"},
+        params={"output_format_json_quote_64bit_integers": "1", "max_threads": "1"},
     )
-    assert response.text.split("\t") == ["1", str(TIME_CAP_S), "true", "3\n"]
+    assert response.text.split("\t") == ["1", str(TIME_CAP_S), "true", "1\n"]
+    # Engine threads per query: a client may lower the cap, never raise it ("0" is "auto").
+    for asked, runs_on in (("1", 1), (str(THREAD_CAP + 6), THREAD_CAP), ("0", THREAD_CAP)):
+        threads = sql.post("SELECT getSetting('max_threads')", params={"max_threads": asked})
+        assert threads.text == f"{runs_on}\n", asked
+    assert sql.post("SELECT getSetting('max_threads')").text == f"{THREAD_CAP}\n"
     lowered = sql.post(
         "SELECT getSetting('max_execution_time')", params={"max_execution_time": "1"}
     )
