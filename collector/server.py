@@ -206,6 +206,7 @@ class Collector:
                 "inserts": self.writer.inserts,
                 "failed_inserts": self.writer.failed_inserts,
                 "wal_bytes": self.wal.unreleased_bytes,
+                "wal_corrupt_records_skipped": self.wal.corrupt_records_skipped,
                 "pending_rows": self.wal.ready_rows,
                 "inserted_rows": self.writer.inserted_rows,
                 "dead_lettered_rows": self.writer.dead_lettered_rows,

@@ -14,9 +14,19 @@ Durability: a new segment's directory entry is fsynced before anything in it is
 acknowledged (a file whose creation is not durable can vanish with its records after a
 power loss, even if the records themselves were fsynced).
 
-Record format: ``<u32 length><u32 crc32><payload>``, the payload being the batch's rows
-exactly as they will be inserted. A torn or corrupt tail (a
-crash during a write that was therefore never acknowledged) ends the segment.
+Format (ADR 28): a segment starts with the 8-byte header ``\\xffAFRWAL\\x02`` (format 2),
+then records ``<4s marker><u32 length><u32 length ^ 0xffffffff><u32 crc32(payload)><payload>``
+(little-endian), the payload being the batch's rows exactly as they will be inserted. The
+marker ``\\xfeREC`` cannot occur in a payload (UTF-8 JSON never holds the byte 0xfe).
+
+Recovery reads records in order. A bad record (marker, length check or CRC wrong) is
+skipped by scanning forward to the next offset where marker, length check and CRC all hold,
+so one damaged record costs only itself; the bytes and records skipped are counted and
+logged per segment (never their content). A torn tail (a record cut short by the end of the
+file, or zeros to the end: a crash during a write that was therefore never acknowledged) is
+ignored with a warning, as before. Segments of format 1 (records ``<u32 length><u32
+crc32><payload>`` from the first byte, no header) are still read; in them a bad record ends
+the segment, as it always did.
 """
 
 from __future__ import annotations
@@ -29,18 +39,21 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from collector.errors import PayloadTooLarge, StoreUnavailable
 
-__all__ = ["Batch", "WriteAheadLog"]
+__all__ = ["Batch", "SegmentRead", "WriteAheadLog", "read_segment"]
 
 logger = logging.getLogger("afr.collector.wal")
 
-_HEADER = struct.Struct("<II")
+_SEGMENT_HEADER = b"\xffAFRWAL\x02"  # read as a format-1 length: 1.4 GB, never a record
+_MARKER = b"\xfeREC"
+_RECORD = struct.Struct("<4sIII")  # marker, length, length ^ _LENGTH_CHECK, crc32(payload)
+_LENGTH_CHECK = 0xFFFFFFFF
+_FORMAT_1 = struct.Struct("<II")  # length, crc32(payload): segments written before ADR 28
 _CLOSED: BinaryIO = io.BytesIO()  # placeholder until open()
 _SEGMENT_GLOB = "segment-*.wal"
 
@@ -67,18 +80,122 @@ def _segment_path(directory: Path, number: int) -> Path:
     return directory / f"segment-{number:012d}.wal"
 
 
-def _read_segment(path: Path) -> Iterator[bytes]:
-    data = path.read_bytes()
+@dataclass
+class SegmentRead:
+    """What recovery found in one segment file."""
+
+    payloads: list[bytes]
+    """The intact records, in order."""
+    corrupt_bytes: int = 0
+    """Bytes skipped between (or after) intact records because they do not check out."""
+    corrupt_records: int = 0
+    """Bad records among them: a lower bound, as a record whose header is destroyed (a
+    zeroed page) cannot be told from its neighbour."""
+
+
+_INTACT, _CUT_SHORT, _BAD = range(3)
+
+
+def _record_at(data: bytes, offset: int) -> tuple[int, int]:
+    """Whether a record starts at ``offset`` (intact, cut short by the end, or bad), and
+    where it ends if intact."""
+    if len(data) - offset < _RECORD.size:
+        return _CUT_SHORT, 0
+    marker, length, check, crc = _RECORD.unpack_from(data, offset)
+    if marker != _MARKER or length ^ check != _LENGTH_CHECK:
+        return _BAD, 0
+    end = offset + _RECORD.size + length
+    if end > len(data):
+        return _CUT_SHORT, 0
+    if zlib.crc32(memoryview(data)[offset + _RECORD.size : end]) != crc:
+        return _BAD, 0
+    return _INTACT, end
+
+
+def _resync(data: bytes, offset: int) -> tuple[int, int | None]:
+    """From a bad record at ``offset``: the next intact record (or ``len(data)``), and the
+    first record cut short by the end of the file on the way, if any."""
+    status, _ = _record_at(data, offset)
+    cut_short = offset if status == _CUT_SHORT else None
+    candidate = data.find(_MARKER, offset + 1)
+    while candidate != -1:
+        status, _ = _record_at(data, candidate)
+        if status == _INTACT:
+            return candidate, None
+        if status == _CUT_SHORT and cut_short is None:
+            cut_short = candidate
+        # Not past the candidate's claimed length: a false marker must not hide records.
+        candidate = data.find(_MARKER, candidate + 1)
+    return len(data), cut_short
+
+
+def _read_records(name: str, data: bytes, offset: int) -> SegmentRead:
+    read = SegmentRead([])
+    stretches = 0
+    while offset < len(data):
+        status, end = _record_at(data, offset)
+        if status == _INTACT:
+            read.payloads.append(data[offset + _RECORD.size : end])
+            offset = end
+            continue
+        resume, cut_short = _resync(data, offset)
+        if resume == len(data) and cut_short is None and data.count(0, offset) == resume - offset:
+            cut_short = offset  # zeros to the end: space allocated, never written
+        bad_end = resume if cut_short is None else cut_short
+        if bad_end > offset:
+            stretches += 1
+            read.corrupt_bytes += bad_end - offset
+            # The bad record here, and every record header seen after it in the stretch.
+            unmarked = data[offset : offset + len(_MARKER)] != _MARKER
+            read.corrupt_records += int(unmarked) + data.count(_MARKER, offset, bad_end)
+        if cut_short is not None:
+            logger.warning("write-ahead log %s: torn record at byte %d ignored", name, cut_short)
+        offset = resume
+    if stretches:
+        logger.warning(
+            "write-ahead log %s: skipped %d corrupt bytes in %d places (at least %d records); "
+            "recovered the %d intact records around them",
+            name,
+            read.corrupt_bytes,
+            stretches,
+            read.corrupt_records,
+            len(read.payloads),
+        )
+    return read
+
+
+def _read_format_1(name: str, data: bytes) -> SegmentRead:
+    read = SegmentRead([])
     offset = 0
-    while offset + _HEADER.size <= len(data):
-        length, crc = _HEADER.unpack_from(data, offset)
-        start = offset + _HEADER.size
+    while offset + _FORMAT_1.size <= len(data):
+        length, crc = _FORMAT_1.unpack_from(data, offset)
+        start = offset + _FORMAT_1.size
         payload = data[start : start + length]
-        if len(payload) != length or zlib.crc32(payload) != crc:
-            logger.warning("write-ahead log %s: torn record at byte %d ignored", path.name, offset)
-            return
-        yield payload
+        if not length or len(payload) != length or zlib.crc32(payload) != crc:
+            # No marker to resynchronize on: the rest of the segment is lost, as it was. (No
+            # record was ever empty: zeros, which would pass the CRC, are not records.)
+            logger.warning("write-ahead log %s: torn record at byte %d ignored", name, offset)
+            break
+        read.payloads.append(payload)
         offset = start + length
+    return read
+
+
+def read_segment(path: Path) -> SegmentRead:
+    """The intact records of a segment file of either format, and what was skipped."""
+    data = path.read_bytes()
+    if data.startswith(_SEGMENT_HEADER):
+        return _read_records(path.name, data, len(_SEGMENT_HEADER))
+    start = len(_SEGMENT_HEADER)
+    if len(data) > start and (
+        _record_at(data, start)[0] == _INTACT or _resync(data, start)[0] < len(data)
+    ):
+        # A damaged header, not format 1: format-1 payloads never hold the marker.
+        logger.warning("write-ahead log %s: damaged segment header ignored", path.name)
+        read = _read_records(path.name, data, start)
+        read.corrupt_bytes += start
+        return read
+    return _read_format_1(path.name, data)
 
 
 class WriteAheadLog:
@@ -101,6 +218,9 @@ class WriteAheadLog:
         self._unreleased_bytes = 0
         self.failure = ""
         """Why the log cannot take writes (its flush thread died), else empty."""
+        self.corrupt_records_skipped = 0
+        """Bad records ``open`` skipped (a lower bound, see ``SegmentRead``)."""
+        self.corrupt_bytes_skipped = 0
         self._segment_number = 0
         self._segment_dirty = False
         self._file: BinaryIO = _CLOSED
@@ -115,13 +235,15 @@ class WriteAheadLog:
         recovered = 0
         for number in numbers:
             path = _segment_path(self._dir, number)
-            count = 0
-            for payload in _read_segment(path):
+            read = read_segment(path)
+            self.corrupt_records_skipped += read.corrupt_records
+            self.corrupt_bytes_skipped += read.corrupt_bytes
+            count = len(read.payloads)
+            for payload in read.payloads:
                 rows = payload.count(b"\n")
                 self._ready.append(Batch(payload, rows, number))
                 self._ready_rows += rows
                 recovered += rows
-                count += 1
             size = path.stat().st_size
             self._unreleased_bytes += size
             if count:
@@ -138,6 +260,9 @@ class WriteAheadLog:
 
     def _open_segment(self) -> None:
         self._file = _segment_path(self._dir, self._segment_number).open("ab")
+        if self._file.tell() == 0:
+            # Made durable by the fsync of the first record after it.
+            self._file.write(_SEGMENT_HEADER)
         if self._fsync:
             _fsync_directory(self._dir)
         self._segment_dirty = False
@@ -154,17 +279,17 @@ class WriteAheadLog:
                 raise StoreUnavailable("collector is shutting down", self._retry_after_s)
             if self.failure:
                 raise StoreUnavailable("write-ahead log unavailable", self._retry_after_s)
-            if len(payload) + _HEADER.size > self._max_bytes:
+            if len(payload) + _RECORD.size > self._max_bytes:
                 # Retrying could never help: no amount of draining makes room for it.
                 raise PayloadTooLarge(
-                    f"request needs {len(payload) + _HEADER.size} bytes of write-ahead log, "
+                    f"request needs {len(payload) + _RECORD.size} bytes of write-ahead log, "
                     f"more than the whole log holds ({self._max_bytes}): send smaller batches"
                 )
             if self._unreleased_bytes + len(payload) > self._max_bytes:
                 raise StoreUnavailable(
                     "store is behind: write-ahead log is full", self._retry_after_s
                 )
-            self._unreleased_bytes += len(payload) + _HEADER.size
+            self._unreleased_bytes += len(payload) + _RECORD.size
             self._incoming.append((payload, batch, future, loop))
             self._lock.notify_all()
         await future
@@ -292,9 +417,13 @@ class WriteAheadLog:
             try:
                 written = 0
                 for payload, _, _, _ in pending:
-                    self._file.write(_HEADER.pack(len(payload), zlib.crc32(payload)))
+                    length = len(payload)
+                    header = _RECORD.pack(
+                        _MARKER, length, length ^ _LENGTH_CHECK, zlib.crc32(payload)
+                    )
+                    self._file.write(header)
                     self._file.write(payload)
-                    written += _HEADER.size + len(payload)
+                    written += _RECORD.size + length
                 self._file.flush()
                 if self._fsync:
                     os.fsync(self._file.fileno())
@@ -305,7 +434,7 @@ class WriteAheadLog:
             with self._lock:
                 if error is not None:
                     self._recover_from_write_error()
-                    self._unreleased_bytes -= sum(len(p) + _HEADER.size for p, *_ in pending)
+                    self._unreleased_bytes -= sum(len(p) + _RECORD.size for p, *_ in pending)
                 else:
                     number = self._segment_number
                     for _, batch, _, _ in pending:
