@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import struct
 import subprocess
 import sys
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from collector.store.wal import read_segment
 from testbed.loadgen import Ledger
 from testbed.traces import TraceSet, expected_fields
 
@@ -38,7 +37,6 @@ __all__ = ["Validation", "dump", "dump_in_child", "validate"]
 
 _PAGE_ROWS = 5000
 _MAX_DETAILS = 20
-_WAL_HEADER = struct.Struct("<II")  # collector/store/wal.py: <u32 length><u32 crc32><payload>
 
 _DUMP_SQL = f"""
 SELECT ProjectId, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ServiceName,
@@ -233,15 +231,9 @@ def pending_in_log(data_dir: Path) -> list[tuple[str, str, str]]:
     """Rows still in write-ahead log segments: acknowledged, not known to be inserted."""
     rows: list[tuple[str, str, str]] = []
     for path in sorted((data_dir / "wal").glob("segment-*.wal")):
-        data = path.read_bytes()
-        offset = 0
-        while offset + _WAL_HEADER.size <= len(data):
-            length, crc = _WAL_HEADER.unpack_from(data, offset)
-            payload = data[offset + _WAL_HEADER.size : offset + _WAL_HEADER.size + length]
-            if len(payload) != length or zlib.crc32(payload) != crc:
-                break  # a torn tail: never acknowledged
+        # The collector's own reader: either record format, past a damaged record.
+        for payload in read_segment(path).payloads:
             rows += _compact_rows(iter(payload.splitlines()))
-            offset += _WAL_HEADER.size + length
     return rows
 
 
