@@ -112,7 +112,7 @@ def build_redactor(settings: CollectorSettings, document: dict[str, Any]) -> Red
         ),
         extra_detectors=tuple(extra),
     )
-    return Redactor(redaction_secret(settings), config)
+    return Redactor(redaction_secret(settings), config, use_prefilter=settings.redaction_prefilter)
 
 
 def build_truncator(settings: CollectorSettings, document: dict[str, Any]) -> Truncator:

@@ -82,6 +82,10 @@ class CollectorSettings(SecretsDirSettings):
 
     redaction_enabled: bool = True
     """False stores content exactly as received: for data you know holds nothing secret."""
+    redaction_prefilter: bool | None = None
+    """Find where detectors can match with Hyperscan before RE2 matches them exactly
+    (collector/processors/prefilter.py, ADR 29); unset: when the package is installed.
+    What is stored is the same either way; only the speed differs."""
     redaction_config: Path | None = None
     """TOML file adding, disabling or allow-listing rules (see collector/privacy.py)."""
     redaction_key: SecretStr | None = None

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
 import logging
 import re
+import time
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +43,7 @@ from urllib.parse import unquote
 import re2
 
 from collector.model import SpanRecord, escape_surrogates
+from collector.processors import prefilter
 from collector.processors.providers import PROVIDER_DETECTORS, REPLACED_RULES
 from collector.processors.rules import (
     DETECTORS,
@@ -70,6 +73,9 @@ _KEY_HINT_WORDS = (
 )  # fmt: skip
 _SEPARATOR = "\x00"
 _PSEUDONYM_CACHE = 16_384
+_MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
+_EXPLORE = 64  # one span in this many measures the engine not chosen
+_MEASURE = 8  # one span in this many is timed (each exploring one too)
 _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
 # Our own output: never scanned again (a replay sends stored, pseudonymized text back in).
 _PSEUDONYM = r"<[a-z0-9_]{1,64}:[0-9a-f]{12}>"
@@ -130,7 +136,15 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 class Redactor:
-    def __init__(self, secret: bytes, config: RedactionConfig | None = None) -> None:
+    def __init__(
+        self,
+        secret: bytes,
+        config: RedactionConfig | None = None,
+        *,
+        use_prefilter: bool | None = None,
+    ) -> None:
+        """``use_prefilter``: find candidates with Hyperscan first (``prefilter``); None:
+        when the package is installed. The results are the same either way."""
         self._secret = secret
         self.config = config = config or RedactionConfig()
         detectors = [
@@ -160,7 +174,6 @@ class Redactor:
             "|".join(_loosened(d.pattern) for d in detectors if d.name in providers) or r"[^\s\S]"
         )
         self._provider_hint = re2.compile(hint.encode(), options)
-        self._pattern = self._full.text
         self._extra_keys = tuple(config.extra_key_names)
         key_words = "|".join((*_KEY_HINT_WORDS, *(re2.escape(k) for k in self._extra_keys)))
         # The scan pattern adds more groups to the detectors (the providers loosened): they
@@ -182,6 +195,28 @@ class Redactor:
             "|".join((self._base.text.pattern, hint, json_key, json_escape, json_pair, percent)),
             options,
         )
+        self._detectors = detectors
+        self._options = options
+        self._prefilter: prefilter.Prefilter | None = None
+        if prefilter.AVAILABLE if use_prefilter is None else use_prefilter:
+            # Pattern i + 1 is detector i; the scan's own patterns follow. The base64 runs
+            # stay with RE2: a run of 31+ letters is costly for Hyperscan to count and cheap
+            # for RE2 on its own.
+            # The loosened providers select segments as they do for RE2 (a value under
+            # layers of JSON escapes is found by them, then decoded and matched exactly).
+            patterns = [_PSEUDONYM, *(d.pattern for d in detectors), _BASE64_BLOB]
+            patterns += [json_key, json_escape, json_pair, percent]
+            patterns += [_loosened(d.pattern) for d in detectors if d.name in providers]
+            self._prefilter = prefilter.Prefilter(patterns, side=[len(detectors) + 1])
+        self._subsets: dict[frozenset[int], _Matcher] = {}
+        self._pattern = self._full.text  # every detector, over str
+        self._scan_bytes = re2.compile(self._scan.pattern.encode(), options)
+        # Recent cost per byte of selecting segments: RE2, Hyperscan.
+        self._recent = [[0.0] * 9, [0.0] * 9]
+        self._ns_per_byte = [0.0, 0.0]
+        self._spans_chosen = 0
+        self.forced_engine: int | None = None
+        """Selection by RE2 (0) or Hyperscan (1) on every span, not the faster: for tests."""
         self._key_classes: dict[str, tuple[int, bool]] = {}
         self._decode_depth = 0  # how many encodings (percent, base64) the text is inside
         # A conversation repeats the same address or card in many messages: HMAC each once.
@@ -272,8 +307,7 @@ class Redactor:
             known = _SCAN
         try:
             # Seen as the values are (_scan_slots): after "\n" in JSON text, a word starts.
-            view = _escape_view(key)
-            holds_secret = len(key) >= _MIN_SCAN_CHARS and self._scan.search(view) is not None
+            holds_secret = len(key) >= _MIN_SCAN_CHARS and self._may_hold(_escape_view(key))
         except UnicodeEncodeError:  # a lone surrogate: RE2 takes UTF-8 only; scanned as bytes
             holds_secret = True
         if len(self._key_classes) > 65_536:
@@ -320,12 +354,13 @@ class Redactor:
         if len(stripped) < _MIN_SCAN_CHARS or _IS_PSEUDONYM(stripped):
             return rule, value
         try:
-            match = self._pattern.fullmatch(stripped)
+            matcher = self._matcher_for(stripped.encode("utf-8"))
         except UnicodeEncodeError:  # a lone surrogate: no value detector matches one
             return rule, value
-        if match is None:
+        match = None if matcher is None else matcher.text.fullmatch(stripped)
+        if matcher is None or match is None:
             return rule, value
-        inner = self._full.rule_of_group.get(match.lastindex or 0)
+        inner = matcher.rule_of_group.get(match.lastindex or 0)
         if inner is None or inner in self._context_rules or inner in ("pseudonym", "base64_blob"):
             return rule, value
         accept = self._accept.get(inner)
@@ -341,35 +376,116 @@ class Redactor:
                 self._process(slot, fired)
             return
         view = _escape_view(joined)
+        if len(view) < _MIN_SCAN_CHARS:
+            return
         try:
-            first = self._scan.search(view) if len(view) >= _MIN_SCAN_CHARS else None
+            touched = self._touched(view, texts)
         except UnicodeEncodeError:
             # A lone surrogate (the decoders never hand one over): RE2 takes UTF-8 only, so
             # each text is looked at on its own, as bytes (or fails closed).
             for slot in slots:
                 self._process(slot, fired)
             return
-        if first is None:
-            return
-        starts: list[int] = []
-        offset = 0
-        for text in texts:
-            starts.append(offset)
-            offset += len(text) + 1
-        # Which segments hold a hit: one search per such segment, resuming at the next one
-        # (text dense with secrets would otherwise pay for every hit twice).
+        for index in touched:
+            self._process(slots[index], fired)
+
+    def _touched(self, view: str, texts: list[str]) -> list[int]:
+        """The segments (indexes into ``texts``, NUL-joined as ``view``) a scan pattern hits:
+        one search per such segment, resuming at the next one (text dense with secrets
+        would otherwise pay for every hit twice). Raises UnicodeEncodeError on a lone
+        surrogate.
+
+        Two engines give the same answer: RE2's one alternation (fast on text like what it
+        has seen, slow on new tokens, which grow its DFA) and the Hyperscan prefilter (the
+        same speed on any text). Each span goes to the one measured faster per byte lately;
+        every ``_EXPLORE``-th span to the other, so the measure follows the traffic."""
+        data = view.encode("utf-8")
+        finder = self._prefilter
+        engine = timed = 0
+        if finder is not None and finder.covers(data):
+            # _engine, inlined: this runs for every span.
+            self._spans_chosen = chosen = self._spans_chosen + 1
+            faster = 1 if self._ns_per_byte[1] <= self._ns_per_byte[0] else 0
+            engine = 1 - faster if chosen % _EXPLORE == 0 else faster
+            timed = chosen % _MEASURE == 0  # every exploring span, and one in _MEASURE
+            if self.forced_engine is not None:
+                engine = self.forced_engine
+        began = time.perf_counter_ns() if timed else 0
+        if engine:
+            assert finder is not None
+            end = finder.first_end(data)
+        else:
+            hit = self._scan_bytes.search(data)
+            end = -1 if hit is None else hit.end()
+        if end < 0 and not timed:
+            return []  # the common case: nothing to look at
+        first_end: Callable[[int], int]
+        if engine:
+            assert finder is not None
+            first_end = functools.partial(finder.first_end, data)
+        else:
+            search = self._scan_bytes.search
+
+            def first_end(start: int) -> int:
+                hit = search(data, start)
+                return -1 if hit is None else int(hit.end())
+
         touched: list[int] = []
-        hit: Any = first
-        while hit is not None:
+        if end >= 0:
+            ascii_only = len(data) == len(view)
+            starts: list[int] = []
+            offset = 0
+            for text in texts:
+                starts.append(offset)
+                offset += (len(text) if ascii_only else len(text.encode("utf-8"))) + 1
+        while end >= 0:
             # By its last character: a match may begin on the separator before its segment.
-            index = bisect_right(starts, hit.end() - 1) - 1
+            index = bisect_right(starts, end - 1) - 1
             touched.append(index)
             if index + 1 >= len(starts):
                 break
             # From the separator before it, which a match may use as its left context.
-            hit = self._scan.search(view, starts[index + 1] - 1)
-        for index in touched:
-            self._process(slots[index], fired)
+            end = first_end(starts[index + 1] - 1)
+        if timed:
+            # The median of each engine's last costs: a pause (a collection, a preemption)
+            # in one span does not turn the choice for hundreds.
+            recent = self._recent[engine]
+            recent[self._spans_chosen // _MEASURE % len(recent)] = (
+                time.perf_counter_ns() - began
+            ) / (len(data) + 64)
+            self._ns_per_byte[engine] = sorted(recent)[len(recent) // 2]
+        return touched
+
+    def _may_hold(self, view: str) -> bool:
+        """Whether any scan pattern matches ``view``."""
+        try:
+            data = view.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: RE2 takes UTF-8 only
+            return True
+        if self._prefilter is not None and self._prefilter.covers(data):
+            return self._prefilter.first_end(data) >= 0
+        return self._scan.search(view) is not None
+
+    def _matcher_for(self, data: bytes) -> _Matcher | None:
+        """The exact matcher for ``data`` (UTF-8): only the detectors the prefilter finds in
+        it (None: none can match), or without a prefilter all of them (the providers only
+        when their loosened form is there)."""
+        finder = self._prefilter
+        if finder is None or not finder.covers(data):
+            return self._full if self._provider_hint.search(data) else self._base
+        found = finder.ids(data)
+        # Ids 0 (pseudonyms) to len(detectors) + 1 (base64 runs); the scan's own above.
+        chosen = frozenset(i for i in found if i <= len(self._detectors) + 1)
+        if not chosen:
+            return None
+        matcher = self._subsets.get(chosen)
+        if matcher is None:
+            if len(self._subsets) >= _MAX_SUBSETS:
+                self._subsets.clear()
+            matcher = self._subsets[chosen] = _matcher(
+                [d for i, d in enumerate(self._detectors, 1) if i in chosen], self._options
+            )
+        return matcher
 
     def _process(self, slot: _Slot, fired: list[str]) -> None:
         prefix, target, key, text = slot
@@ -498,11 +614,21 @@ class Redactor:
     def _scan_text(self, text: str, where: str, fired: list[str]) -> str:
         # Matched on UTF-8 bytes: the RE2 wrapper maps every match position back to a
         # character offset on str input, which made dense text twice as slow.
-        data = text.encode("utf-8", "surrogatepass")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: matched as the bytes Python keeps
+            data = text.encode("utf-8", "surrogatepass")
+            view = _escape_view_bytes(data)
+            matcher: _Matcher | None = (
+                self._full if self._provider_hint.search(view) else self._base
+            )
+        else:
+            view = _escape_view_bytes(data)
+            matcher = self._matcher_for(view)
+        if matcher is None:
+            return text
         pieces: list[bytes] = []
         cursor = 0
-        view = _escape_view_bytes(data)
-        matcher = self._full if self._provider_hint.search(view) else self._base
         for match in matcher.data.finditer(view):
             # lastindex is the rule's own group (it closes after any inner value group);
             # the wrapper's lastgroup recomputes the group table on every call.

@@ -1,0 +1,211 @@
+"""The Hyperscan prefilter changes how fast text is redacted, never what is stored.
+
+Every cell of the secret matrix (each kind x each placement), the look-alikes, agent traces
+as the benchmark sends them (a fresh secret every ~2 KB), and text where the two engines'
+rules part (non-ASCII case folding, a vertical tab, lone surrogates, JSON under layers of
+escapes) go through a redactor with the prefilter and one without: the records must come
+out identical, redactions manifest included. Then the prefilter on its own: a superset of
+RE2 for every detector, declining where it cannot answer, RE2 for what it cannot compile,
+and safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import random
+import threading
+from typing import Any
+
+import pytest
+import re2
+
+from bench.collector_bench import make_requests
+from collector.decode import decode_protobuf, to_records
+from collector.model import SpanRecord
+from collector.processors import prefilter
+from collector.processors.redact import BUILTIN_DETECTORS, Redactor
+from tests.records import span_record
+from tests.secret_corpus import look_alikes
+from tests.unit.collector.test_redact_matrix import KEY, KINDS, PLACEMENTS, planted
+
+pytestmark = pytest.mark.skipif(not prefilter.AVAILABLE, reason="hyperscan is not installed")
+
+
+def _forced(engine: int) -> Redactor:
+    """Segments always selected by one engine (the redactor picks the one measured faster
+    per span: both must give the same answer)."""
+    redactor = Redactor(KEY, use_prefilter=True)
+    redactor.forced_engine = engine
+    return redactor
+
+
+WITH = (_forced(1), _forced(0))
+WITHOUT = Redactor(KEY, use_prefilter=False)
+
+
+def _both(records: list[SpanRecord]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(each prefiltered redactor's records, concatenated; the RE2-only ones, as many times)."""
+    expected = copy.deepcopy(records)
+    WITHOUT(expected)
+    got: list[dict[str, Any]] = []
+    for redactor in WITH:
+        mine = copy.deepcopy(records)
+        redactor(mine)
+        got += [dataclasses.asdict(r) for r in mine]
+    return got, [dataclasses.asdict(r) for r in expected] * len(WITH)
+
+
+def _text_record(text: str) -> SpanRecord:
+    record = span_record()
+    record.span_attributes["note"] = text
+    record.span_attributes["gen_ai.input.messages"] = json.dumps(
+        [{"role": "user", "content": text}]
+    )
+    record.input = json.dumps({"arguments": json.dumps({"query": text})})
+    return record
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_matrix_cell_is_stored_the_same(kind: str) -> None:
+    records = [planted(kind, placement) for placement in PLACEMENTS]
+    with_prefilter, without = _both(records)
+    for index, (got, expected) in enumerate(zip(with_prefilter, without, strict=True)):
+        assert got == expected, list(PLACEMENTS)[index % len(PLACEMENTS)]
+
+
+def test_look_alikes_are_stored_the_same() -> None:
+    texts = [t for group in look_alikes(random.Random(3)).values() for t in group]
+    with_prefilter, without = _both([_text_record(text) for text in texts])
+    assert with_prefilter == without
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_agent_traces_with_fresh_secrets_are_stored_the_same(seed: int) -> None:
+    (raw,) = make_requests(1, seed=seed, secret_every_bytes=2048)
+    records = to_records(decode_protobuf(raw), "p", 1, None).records
+    with_prefilter, without = _both(records)
+    assert sum(len(r["redactions"]) for r in without) > 100  # the corpus does hold secrets
+    assert with_prefilter == without
+
+
+EDGES = [
+    # Characters RE2 folds to ASCII under (?i): "pa\u017fsword" is a sensitive key to RE2.
+    "pa\u017fsword=hunter2-very-secret and api_Key=abcdef0123456789abcdef",
+    "TOKEN: ghp_" + "\u212a" * 36,
+    "Kelvin \u212a and a mail to someone@example.com, to\u212aen=abcdef0123456789",
+    # PCRE's \s has the vertical tab, RE2's has not.
+    "password=\x0bhunter2-very-secret\x0b and a key sk-" + "a" * 48,
+    # Non-ASCII around secrets.
+    "Grüße an jürgen.müller@example.de, Tel. +49 30 1234567, 東京 user@example.jp 🙂",
+    # Layers of JSON escapes around a keyed secret.
+    json.dumps(json.dumps(json.dumps({"heroku": "57639776-d73f-b56f-dfd3-02067011f566"}))),
+    json.dumps(json.dumps({"password": "correct horse battery staple"})),
+    "%70assword=%68unter2 and user%40example.com",
+    "Authorization: Bearer "
+    + ".".join(["eyJhbGciOiJIUzI1NiJ9", "eyJzdWIiOiIxMjM0In0", "c2lnbmF0"]),
+    "a\x00b password=x",
+    "",
+    "short",
+]
+
+
+@pytest.mark.parametrize("text", EDGES, ids=range(len(EDGES)))
+def test_where_the_engines_rules_part_the_result_is_still_the_same(text: str) -> None:
+    with_prefilter, without = _both([_text_record(text)])
+    assert with_prefilter == without
+
+
+def test_a_lone_surrogate_is_handled_as_without_the_prefilter() -> None:
+    record = _text_record("user@example.com \ud800 password=hunter2")
+    with_prefilter, without = _both([record])
+    assert with_prefilter == without
+
+
+# --- the prefilter on its own ------------------------------------------------------------
+def _variants(rng: random.Random, base: str) -> list[str]:
+    noise = "".join(rng.choice("abc XYZ 019 -_./:=\"'{}") for _ in range(12))
+    return [base, noise + base + noise, base.upper(), base[: len(base) // 2] + noise]
+
+
+def test_it_never_misses_a_pattern_re2_finds() -> None:
+    """For every detector and every look-alike and secret sample: if RE2 finds the pattern
+    in a text, the prefilter names it."""
+    rng = random.Random(11)
+    patterns = [d.pattern for d in BUILTIN_DETECTORS]
+    finder = prefilter.Prefilter(patterns)
+    compiled = [re2.compile(p.encode()) for p in patterns]
+    texts = [t for group in look_alikes(rng).values() for t in group]
+    texts += [s for kind in KINDS.values() for s in _variants(rng, kind.generate(rng).text)]
+    checked = 0
+    for text in texts:
+        data = text.encode()
+        if not finder.covers(data):
+            continue
+        found = finder.ids(data)
+        for index, pattern in enumerate(compiled):
+            if pattern.search(data) is not None:
+                checked += 1
+                assert index in found, (BUILTIN_DETECTORS[index].name, text)
+    assert checked > len(KINDS)  # the samples did exercise the detectors
+
+
+@pytest.mark.parametrize(
+    ("text", "covered"),
+    [
+        ("plain ascii", True),
+        ("naïve café 東京 🙂", True),
+        ("pa\u017fsword", False),
+        ("\u212a", False),
+        ("tab\x0bbed", False),
+    ],
+)
+def test_it_declines_where_its_answer_could_differ(text: str, covered: bool) -> None:
+    assert prefilter.Prefilter.covers(text.encode()) is covered
+
+
+def test_what_hyperscan_cannot_compile_runs_in_re2_beside_it() -> None:
+    # \C (any byte) is RE2 syntax Hyperscan has not; a non-ASCII literal stays with RE2.
+    finder = prefilter.Prefilter([r"foo\d+", r"x\Cy", r"(?i)straße", r"bar"])
+    assert finder.side == (1, 2)
+    assert finder.ids(b"foo12") == {0}
+    # One side pattern found: every side pattern is a candidate (RE2 decides exactly).
+    assert finder.ids(b"a x_y b") == {1, 2}
+    assert finder.ids("STRASSE straße".encode()) == {1, 2}
+    assert finder.ids(b"bar foo1") == {0, 3}
+    assert finder.first_end(b"..x_y..foo1") == 5
+    assert finder.first_end(b"..foo1..x_y", 6) == 11
+    assert finder.first_end(b"nothing") == -1
+
+
+def test_first_end_is_where_the_first_match_ends_from_a_start() -> None:
+    finder = prefilter.Prefilter([r"ab", r"c+d"])
+    data = b"xxabxxccdxxab"
+    assert finder.first_end(data) == 4
+    assert finder.first_end(data, 4) == 9
+    assert finder.first_end(data, 9) == 13
+    assert finder.first_end(data, 12) == -1
+
+
+def test_threads_share_one_prefilter() -> None:
+    finder = prefilter.Prefilter([d.pattern for d in BUILTIN_DETECTORS])
+    text = ("lorem ipsum " * 200 + "mail someone@example.com ").encode()
+    expected = finder.ids(text)
+    results: list[set[int]] = []
+    errors: list[BaseException] = []
+
+    def scan() -> None:
+        try:
+            for _ in range(200):
+                results.append(finder.ids(text))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=scan) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert expected and all(found == expected for found in results)
