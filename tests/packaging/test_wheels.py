@@ -47,6 +47,7 @@ SERVER_ONLY = frozenset(
         "uvicorn",
         "grpcio",
         "google-re2",
+        "hyperscan",
         "orjson",
         "jsonschema",
         "cronsim",
