@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from collector.auth import KeyStore
+if TYPE_CHECKING:  # `afr eval synthesize` reads the key without loading the key store
+    from collector.auth import KeyStore
 
 __all__ = [
     "LOCAL_KEY_FILE",

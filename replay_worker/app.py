@@ -190,8 +190,8 @@ class ReplayWorker:
             run_id = _hook_body(EvalHook, body, "eval").replay_run_id
         except HookError as error:
             return error_response(error)
-        # The SDK loads with the eval modules: off the event loop, once, on first use (the
-        # worker's own process otherwise never needs it); the imports below are then instant.
+        # The eval modules load off the event loop, once, on first use; the imports below are
+        # then instant. They do not load the Agents SDK (the worker's own process never does).
         await asyncio.to_thread(importlib.import_module, "replay_worker.evals.synthesis")
         from replay_worker.evals.contract import write_eval
         from replay_worker.evals.synthesis import SynthesisError, fetch_runs, synthesize

@@ -18,7 +18,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
@@ -28,34 +27,16 @@ from openai import AsyncOpenAI
 import afr_exporter
 from replay_worker.client import CollectorClient, CollectorUnavailable, RunNotFound
 from replay_worker.ledger import BudgetExceeded, DayBudget, JobLedger, LedgerModel
+from replay_worker.model_client import openai_model_factory
 from replay_worker.pool import EXIT_PARENT_GONE, ChildConfig, JobSpec, Outcome
 from replay_worker.replay.engine import run_replay
 from replay_worker.replay.fixture import FixtureError, build_fixture
 from replay_worker.replay.stubs import MatchPolicy
-from replay_worker.settings import WorkerSettings
 from replay_worker.state import open_state_store
 
-__all__ = ["ReplayProcess", "child_main", "openai_model_factory", "warm_up"]
+__all__ = ["ReplayProcess", "child_main", "warm_up"]
 
 logger = logging.getLogger("afr.worker.replay")
-
-
-def openai_model_factory(settings: WorkerSettings) -> Callable[[str], Model]:
-    """Real model classes over the real ``openai`` client: OpenAI, or any compatible base URL."""
-    from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
-    from agents.models.openai_responses import OpenAIResponsesModel
-
-    key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
-    client = AsyncOpenAI(
-        base_url=settings.model_base_url, api_key=key or "missing-api-key", max_retries=1
-    )
-
-    def build(name: str) -> Model:
-        if settings.model_api == "chat":
-            return OpenAIChatCompletionsModel(model=name, openai_client=client)
-        return OpenAIResponsesModel(model=name, openai_client=client)
-
-    return build
 
 
 def _canned_answer(api: str, call: bool) -> dict[str, Any]:

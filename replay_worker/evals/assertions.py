@@ -30,7 +30,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import re2
@@ -49,8 +49,10 @@ from replay_worker.evals.contract import (
     ToolNotCalled,
     ToolOrder,
 )
-from replay_worker.replay.engine import ReplayResult
-from replay_worker.replay.stubs import FAILED_OUTCOMES, canonical_arguments
+from replay_worker.replay.calls import FAILED_OUTCOMES, canonical_arguments
+
+if TYPE_CHECKING:  # the engine runs the Agents SDK; checking what it observed does not
+    from replay_worker.replay.engine import ReplayResult
 
 __all__ = [
     "AssertionResult",

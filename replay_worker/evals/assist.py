@@ -262,8 +262,8 @@ async def assist_with_settings(
 ) -> tuple[AssistOutcome, float]:
     """``assist`` through the worker's model client and ledger, on its state store (the
     day's budget is shared with replays); returns the outcome and what it cost (USD)."""
-    from replay_worker.child import openai_model_factory
     from replay_worker.ledger import DayBudget, JobLedger, LedgerModel
+    from replay_worker.model_client import openai_model_factory
     from replay_worker.state import open_state_store
 
     name = assist_model_name(document, settings)

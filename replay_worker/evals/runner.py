@@ -43,10 +43,10 @@ from afr_exporter.semconv import (
     METADATA_EVAL_STATUS,
     METADATA_SWEEP_ID,
 )
-from replay_worker.child import openai_model_factory
 from replay_worker.evals.assertions import AssertionResult, Observed, check_all
 from replay_worker.evals.contract import EvalDocument
 from replay_worker.ledger import BudgetExceeded, DayBudget, JobLedger, LedgerModel
+from replay_worker.model_client import openai_model_factory
 from replay_worker.replay.engine import ReplayResult, run_replay
 from replay_worker.replay.fixture import AgentSpec, Fixture, FixtureError, recorded_agent
 from replay_worker.settings import WorkerSettings

@@ -48,8 +48,8 @@ from replay_worker.evals.contract import (
     ToolCalled,
     ToolNotCalled,
 )
+from replay_worker.replay.calls import canonical_arguments
 from replay_worker.replay.fixture import Fixture, FixtureError, build_fixture
-from replay_worker.replay.stubs import canonical_arguments
 
 __all__ = [
     "TURN_SLACK",

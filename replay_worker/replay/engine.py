@@ -33,9 +33,10 @@ from agents.tracing import custom_span
 from afr_exporter import semconv as sc
 from afr_exporter.semconv import METADATA_DETERMINISTIC_IDS
 from replay_worker.ledger import BudgetExceeded
+from replay_worker.replay.calls import FAILED_OUTCOMES
 from replay_worker.replay.fixture import Fixture
 from replay_worker.replay.output import CapturedOutputSchema
-from replay_worker.replay.stubs import FAILED_OUTCOMES, MatchPolicy, StubRegistry
+from replay_worker.replay.stubs import MatchPolicy, StubRegistry
 from replay_worker.replay.verdict import first_divergence, judge
 
 __all__ = ["ReplayResult", "run_replay"]

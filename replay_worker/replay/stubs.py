@@ -21,13 +21,13 @@ an approximation, and the verdict says so). Every outcome is a span of its own.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agents import FunctionTool, RunContextWrapper
 from agents.tracing import SpanError, custom_span, get_current_span
 
+from replay_worker.replay.calls import FAILED_OUTCOMES, ToolInvocation, canonical_arguments
 from replay_worker.replay.fixture import CapturedCall
 from replay_worker.replay.validation import argument_validator
 
@@ -46,30 +46,6 @@ MatchPolicy = Literal["exact", "strict", "lenient"]
 INVALID_ARGUMENTS_MESSAGE = "An error occurred while running the tool. Please try again."
 UNAVAILABLE_MESSAGE = "The output of this tool call is unavailable in this replay."
 INVALID_ARGUMENTS_ERROR = "Error running tool (non-fatal)"
-# Outcomes that fail the replayed call (as the original failed); "unavailable" makes the
-# verdict unknowable; "replay_stub_output" is a labelled stand-in.
-FAILED_OUTCOMES = frozenset({"captured_error", "invalid_arguments"})
-
-
-@dataclass
-class ToolInvocation:
-    """One call the replayed model made, and what the stand-in did with it."""
-
-    step: int
-    tool: str
-    arguments: str
-    outcome: str  # captured_output | captured_error | invalid_arguments | replay_stub_output | unavailable
-    captured_index: int | None = None
-    output: str | None = None
-
-
-def canonical_arguments(arguments: str) -> Any:
-    """Arguments as a value: JSON parsed (key order and whitespace do not matter), or the
-    raw text when it is not JSON (the original call may have sent broken JSON)."""
-    try:
-        return json.loads(arguments or "{}")
-    except ValueError:
-        return arguments
 
 
 @dataclass

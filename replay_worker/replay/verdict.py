@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from replay_worker.replay.calls import ToolInvocation
 from replay_worker.replay.fixture import CapturedCall
-from replay_worker.replay.stubs import ToolInvocation
 
 __all__ = ["VERDICTS", "Verdict", "first_divergence", "judge", "verdict"]
 
