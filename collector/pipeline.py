@@ -12,6 +12,7 @@ moves them into ClickHouse in the background.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from collector.decode import decode_json, decode_protobuf, to_records
@@ -62,6 +63,8 @@ class ProcessedRequest:
     redactions: int
     failed_closed: int
     truncated_spans: int
+    stage_ns: tuple[tuple[str, int], ...] = ()
+    """Time each stage took on this request (decode, records, each processor, encode)."""
 
 
 @dataclass
@@ -77,6 +80,27 @@ class PipelineStats:
     worker_restarts: int = 0
     refused_busy: int = 0
     """Requests refused (retryably) because too many bytes were in flight."""
+    stage_us_per_span: dict[str, float] = field(default_factory=dict)
+    """Where a span's time goes, measured where the work runs (the ingest workers): µs per
+    span of each stage since start, and ``wal`` (waiting until the log made it durable)."""
+    _stage_ns: dict[str, int] = field(default_factory=dict, repr=False)
+    _timed_spans: int = field(default=0, repr=False)
+
+    def add_stages(self, stages: tuple[tuple[str, int], ...], spans: int) -> None:
+        if not spans:
+            return
+        self._timed_spans += spans
+        for name, ns in stages:
+            total = self._stage_ns[name] = self._stage_ns.get(name, 0) + ns
+            self.stage_us_per_span[name] = round(total / self._timed_spans / 1000, 2)
+
+    def public(self) -> dict[str, Any]:
+        """The figures /healthz serves."""
+        return {
+            name: value
+            for name, value in dataclasses.asdict(self).items()
+            if not name.startswith("_")
+        }
 
 
 def process_request(
@@ -89,12 +113,18 @@ def process_request(
 ) -> ProcessedRequest:
     """Decode, run the processors, encode. Raises InvalidRequest on an undecodable body.
     ``window_ns`` (before, after now) bounds the spans' start times."""
+    clock = time.perf_counter_ns
+    began = clock()
     request = decode_json(raw) if as_json else decode_protobuf(raw)
+    decoded_at = clock()
     window = (now_ns - window_ns[0], now_ns + window_ns[1]) if window_ns else None
     decoded = to_records(request, project_id, now_ns, window)
     records = decoded.records
-    for _, processor in processors:
+    stages = [("decode", decoded_at - began), ("records", clock() - decoded_at)]
+    for name, processor in processors:
+        started = clock()
         records = processor(records)
+        stages.append((name, clock() - started))
     redactions = failed_closed = truncated = 0
     for record in records:
         if record.redactions:
@@ -103,7 +133,9 @@ def process_request(
                 1 for entry in record.redactions if entry.endswith(":redaction_failed")
             )
         truncated += record.truncated
+    started = clock()
     payload = encode_rows(records) if records else b""
+    stages.append(("encode", clock() - started))
     return ProcessedRequest(
         payload,
         len(records),
@@ -112,6 +144,7 @@ def process_request(
         redactions,
         failed_closed,
         truncated,
+        tuple(stages),
     )
 
 
@@ -272,7 +305,10 @@ class Pipeline:
                 self._processors, raw, as_json, project_id, now_ns, self._window_ns
             )
         if processed.rows:
+            started = time.perf_counter_ns()
             await self._wal.append(Batch(processed.payload, processed.rows))
+            waited = time.perf_counter_ns() - started
+            self.stats.add_stages((*processed.stage_ns, ("wal", waited)), processed.rows)
         self.stats.spans_accepted += processed.rows
         self.stats.spans_rejected += processed.rejected
         self.stats.redactions += processed.redactions

@@ -7,7 +7,6 @@ background thread with its own loop, for the demo and the tests.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import gc
 import logging
@@ -209,8 +208,11 @@ class Collector:
                 "wal_corrupt_records_skipped": self.wal.corrupt_records_skipped,
                 "pending_rows": self.wal.ready_rows,
                 "inserted_rows": self.writer.inserted_rows,
+                "insert_us_per_row": round(
+                    self.writer.insert_ns / max(1, self.writer.inserted_rows) / 1000, 2
+                ),
                 "dead_lettered_rows": self.writer.dead_lettered_rows,
-                "pipeline": dataclasses.asdict(self.pipeline.stats),
+                "pipeline": self.pipeline.stats.public(),
             }
             if self._sql is not None:
                 body["sql"] = self._sql.health()

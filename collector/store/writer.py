@@ -50,6 +50,8 @@ class BatchWriter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="afr-writer", daemon=True)
         self.inserted_rows = 0
+        self.insert_ns = 0
+        """Time spent in inserts that went in (their rows are ``inserted_rows``)."""
         self.failed_inserts = 0
         self.dead_lettered_rows = 0
         self.healthy = True
@@ -110,6 +112,7 @@ class BatchWriter:
     def _insert(self, batches: list[Batch]) -> bool:
         rows = sum(b.rows for b in batches)
         payload = b"".join(b.payload for b in batches)
+        started = time.perf_counter_ns()
         try:
             self._store.insert_rows(payload)
         except Exception as exc:
@@ -141,6 +144,7 @@ class BatchWriter:
         self._wal.release(batches)
         self.inserts += 1
         self.inserted_rows += rows
+        self.insert_ns += time.perf_counter_ns() - started
         self.healthy = True
         self.last_error = ""
         return True

@@ -619,3 +619,20 @@ def test_fail_closed_and_truncation_are_counted_on_healthz(running: Running) -> 
     spans = {s["name"]: s for s in running.run(TRACE.hex())["spans"]}
     assert spans["big"]["truncated"] is True
     assert spans["deep"]["attributes"]["payload"] == "<redaction_failed>"
+
+
+def test_healthz_says_where_a_spans_time_goes(running: Running) -> None:
+    """Each stage's cost per span, measured where it runs, and the insert's per row: what an
+    operator sizing a collector reads, and what the benchmark reports from inside."""
+    before = httpx.get(running.http_url + "/healthz").json()
+    trace = bytes.fromhex("7" * 32)
+    request = _request(*(_span(trace, bytes([0x70, i] * 4), f"timed-{i}") for i in range(5)))
+    assert _grpc_export(running, request)[0] == grpc.StatusCode.OK
+    assert len(running.run(trace.hex())["spans"]) == 5  # inserted by now
+    health = httpx.get(running.http_url + "/healthz").json()
+    stages = health["pipeline"]["stage_us_per_span"]
+    assert list(stages) == ["decode", "records", "redact", "normalize", "truncate", "encode", "wal"]
+    assert all(us > 0 for us in stages.values()), stages
+    assert health["pipeline"]["spans_accepted"] == before["pipeline"]["spans_accepted"] + 5
+    assert health["insert_us_per_row"] > 0
+    assert not any(name.startswith("_") for name in health["pipeline"])
