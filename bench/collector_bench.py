@@ -1,28 +1,40 @@
-"""Collector ingest: spans/s to durable, export latency, peak RSS, against a parse-only baseline.
+"""Collector ingest: spans/s to durable, CPU, stage costs, latency, RSS, against floors.
 
 The collector runs as ``afr up`` in its own process on the embedded store; this process is
 the load generator: agent-like traces (9 spans each, 2-4 KB per span with JSON message
-bodies), pre-encoded, sent over OTLP/gRPC on several concurrent streams. Figures:
+bodies), pre-encoded, sent over OTLP/gRPC on several concurrent streams. Two corpora: the
+secret-free one, and the realistic one (a fresh e-mail, phone number, key or IP about every
+2 KB of text, new in every request). For each, in the same run and on the same requests:
 
-- parse-only baseline: decoding the same requests and walking every span and attribute in
-  Python, single-threaded, in this process (what any Python collector must at least pay);
-- saturation: all streams as fast as acknowledgements return; spans/s acknowledged (=durable
-  in the fsynced write-ahead log) and spans/s inserted into ClickHouse;
-- half rate: the same load paced at half the saturation rate; p50/p99 export latency.
+- two floors, served by ``bench.ingest_sinks`` over the same transport: a parse-only sink
+  (decode and count) and a walk sink (decode and touch every attribute in Python);
+- ``afr up`` at saturation: spans/s acknowledged (= durable in the fsynced write-ahead log)
+  and inserted, CPU seconds per 1k spans (collector process and ingest workers), each
+  stage's µs per span measured inside the workers (``/healthz``), export latency, peak RSS;
+- the same ``afr up`` of the baseline version (``BASELINE_REF``, or
+  ``AFR_BENCH_BASELINE_REF``) from a git worktree, so "x times today" is measured, not
+  remembered;
+
+then the secret-free corpus at half the saturation rate (p50/p99 export latency), redaction
+off, a stability run on the realistic corpus (``AFR_BENCH_STABILITY_S``, default 300 s, in
+30 s windows; 0 skips it), and redaction MB/s in process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +52,8 @@ TRACES_PER_REQUEST = 56  # 504 spans: the size of an OTel SDK batch
 STREAMS = 6
 REALISTIC_SECRET_EVERY_BYTES = 2048
 RESULTS = Path(__file__).parent / "results"
+# The code before issue 19 (ingest speed on real agent content): the same-run baseline.
+BASELINE_REF = "b52997d"
 
 _WORDS = [
     "refund",
@@ -227,21 +241,6 @@ def make_requests(count: int, seed: int = 7, secret_every_bytes: int = 0) -> lis
     return requests
 
 
-def parse_only_spans_per_s(requests: list[bytes]) -> float:
-    started = time.perf_counter()
-    spans = 0
-    for raw in requests:
-        request = trace_service_pb2.ExportTraceServiceRequest()
-        request.ParseFromString(raw)
-        for rs in request.resource_spans:
-            for ss in rs.scope_spans:
-                for span in ss.spans:
-                    spans += 1
-                    for kv in span.attributes:
-                        kv.value.WhichOneof("value")
-    return spans / (time.perf_counter() - started)
-
-
 async def _send(
     requests: list[bytes], port: int, key: str, interval_s: float | None
 ) -> tuple[float, list[float]]:
@@ -341,27 +340,50 @@ def redaction_mb_per_s(
     return clean, realistic, dense_size / (time.perf_counter() - started) / 1e6
 
 
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def _ports() -> tuple[int, int]:
+    return 43170 + os.getpid() % 100, 43270 + os.getpid() % 100
+
+
 def run_collector(
-    requests: list[bytes], env_extra: dict[str, str], *, half_rate: bool
+    requests: list[bytes],
+    env_extra: dict[str, str],
+    *,
+    half_rate: bool,
+    source: Path | None = None,
 ) -> dict[str, float]:
+    """``afr up`` from this checkout, or from ``source`` (another version's tree), fed
+    ``requests`` at saturation (and at half that rate when asked)."""
     spans_total = len(requests) * TRACES_PER_REQUEST * 9
     data_dir = Path(tempfile.mkdtemp(prefix="afr-bench-"))
     key = KeyStore(data_dir / "keys.sqlite").create("bench")
-    grpc_port, http_port = 43170 + os.getpid() % 100, 43270 + os.getpid() % 100
+    grpc_port, http_port = _ports()
     env = {**os.environ, "AFR_DATA_DIR": str(data_dir), **env_extra}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     command = [
-        sys.executable,
-        "-m",
-        "afr.cli",
-        "up",
-        "--no-worker",
-        "--grpc-port",
-        str(grpc_port),
-        "--http-port",
-        str(http_port),
-    ]
+        sys.executable, "-m", "afr.cli", "up", "--no-worker",
+        "--grpc-port", str(grpc_port), "--http-port", str(http_port),
+    ]  # fmt: skip
     process = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        command,
+        env=env,
+        cwd=source,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     figures: dict[str, float] = {}
     try:
@@ -373,14 +395,26 @@ def run_collector(
         asyncio.run(_send(warm, grpc_port, key, None))
         warm_rows = 4 * TRACES_PER_REQUEST * 9
 
+        tree = [process.pid, *_children(process.pid)]
+        cpu_before = _cpu_s([process.pid]), _cpu_s(tree[1:])
         elapsed, latencies = asyncio.run(_send(requests, grpc_port, key, None))
         figures["acknowledged_spans_per_s"] = spans_total / elapsed
         health = httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=10).json()
         figures["backlog_rows_at_end_of_send"] = health["pending_rows"]
-        drain = _wait_inserted(http_port, warm_rows + spans_total, 120)
+        drain = _wait_inserted(http_port, warm_rows + spans_total, 180)
+        cpu_after = _cpu_s([process.pid]), _cpu_s(tree[1:])
+        # Per 1k spans, over send and drain: the collector process (receivers, log, inserts
+        # into the embedded store) and the ingest workers.
+        figures["collector_cpu_s_per_1k"] = (cpu_after[0] - cpu_before[0]) / spans_total * 1000
+        figures["workers_cpu_s_per_1k"] = (cpu_after[1] - cpu_before[1]) / spans_total * 1000
         figures["inserted_spans_per_s"] = spans_total / (elapsed + drain)
         figures["saturation_p50_ms"] = statistics.median(latencies) * 1000
         figures["saturation_p99_ms"] = statistics.quantiles(latencies, n=100)[98] * 1000
+        health = httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=10).json()
+        for stage, us in health["pipeline"].get("stage_us_per_span", {}).items():
+            figures[f"stage_{stage}_us"] = us
+        if "insert_us_per_row" in health:
+            figures["stage_insert_us"] = health["insert_us_per_row"]
         if half_rate:
             half = make_requests(len(requests) // 2, seed=11)
             interval_s = TRACES_PER_REQUEST * 9 / (figures["acknowledged_spans_per_s"] / 2)
@@ -393,71 +427,184 @@ def run_collector(
         )
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(30)
+        process.wait(60)
         if process.stdout is not None:
             process.stdout.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
     return figures
 
 
-def main(requests_count: int = 300) -> dict[str, float]:
+def run_sink(requests: list[bytes], mode: str) -> float:
+    """Spans/s a ``bench.ingest_sinks`` floor takes the same requests at."""
+    port = _ports()[0]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.ingest_sinks", mode, str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        process.stdout.readline()  # serving
+        asyncio.run(_send(requests[:4], port, "sink", None))
+        elapsed, _ = asyncio.run(_send(requests, port, "sink", None))
+    finally:
+        process.kill()
+        process.wait(30)
+        if process.stdout is not None:
+            process.stdout.close()
+    return len(requests) * TRACES_PER_REQUEST * 9 / elapsed
+
+
+def run_stability(seconds: float, window_s: float = 30.0) -> list[float]:
+    """Acknowledged spans/s of each window of a long run on the realistic corpus (a pool of
+    distinct requests sent over and over; fresh content until the pool wraps)."""
+    pool = make_requests(120, seed=77, secret_every_bytes=REALISTIC_SECRET_EVERY_BYTES)
+    data_dir = Path(tempfile.mkdtemp(prefix="afr-bench-stable-"))
+    key = KeyStore(data_dir / "keys.sqlite").create("bench")
+    grpc_port, http_port = _ports()
+    command = [
+        sys.executable, "-m", "afr.cli", "up", "--no-worker",
+        "--grpc-port", str(grpc_port), "--http-port", str(http_port),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, "AFR_DATA_DIR": str(data_dir)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    windows: list[float] = []
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("  read API"):
+                break
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            window_began, sent = time.perf_counter(), 0
+            while time.perf_counter() - window_began < window_s:
+                asyncio.run(_send(pool[:24], grpc_port, key, None))
+                pool = pool[24:] + pool[:24]
+                sent += 24 * TRACES_PER_REQUEST * 9
+            windows.append(sent / (time.perf_counter() - window_began))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+        if process.stdout is not None:
+            process.stdout.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return windows
+
+
+@contextlib.contextmanager
+def _baseline_tree(ref: str) -> Iterator[Path | None]:
+    """A checkout of ``ref`` (the code before the change being measured) to run in the same
+    bench run; None where git or the ref is not there."""
+    root = Path(__file__).resolve().parent.parent
+    git = shutil.which("git") or "git"
+    tree = Path(tempfile.mkdtemp(prefix="afr-bench-baseline-")) / "tree"
+    added = subprocess.run(
+        [git, "-C", str(root), "worktree", "add", "--detach", str(tree), ref],
+        capture_output=True,
+        check=False,
+    )
+    try:
+        yield tree if added.returncode == 0 else None
+    finally:
+        if added.returncode == 0:
+            subprocess.run(
+                [git, "-C", str(root), "worktree", "remove", "--force", str(tree)],
+                capture_output=True,
+                check=False,
+            )
+        shutil.rmtree(tree.parent, ignore_errors=True)
+
+
+def main(requests_count: int = 300) -> dict[str, Any]:
     requests = make_requests(requests_count)
     spans_total = requests_count * TRACES_PER_REQUEST * 9
     bytes_per_span = sum(len(r) for r in requests) / spans_total
     realistic = make_requests(requests_count, secret_every_bytes=REALISTIC_SECRET_EVERY_BYTES)
-    baseline = parse_only_spans_per_s(requests)
     clean_mb_s, realistic_mb_s, dense_mb_s = redaction_mb_per_s(requests[:40], realistic[:40])
-    on = run_collector(requests, {}, half_rate=True)
-    on_realistic = run_collector(realistic, {}, half_rate=False)
-    off = run_collector(requests, {"AFR_REDACTION_ENABLED": "false"}, half_rate=False)
-
-    figures = {
+    ref = os.environ.get("AFR_BENCH_BASELINE_REF", BASELINE_REF)
+    figures: dict[str, Any] = {
         "spans": spans_total,
         "bytes_per_span": bytes_per_span,
-        "parse_only_spans_per_s": baseline,
+        "baseline_ref": ref,
         "redact_truncate_mb_per_s": clean_mb_s,
         "redact_truncate_realistic_mb_per_s": realistic_mb_s,
         "redact_truncate_dense_mb_per_s": dense_mb_s,
-        **{f"redaction_on_{k}": v for k, v in on.items()},
-        **{f"redaction_on_realistic_{k}": v for k, v in on_realistic.items()},
-        **{f"redaction_off_{k}": v for k, v in off.items()},
     }
+    with _baseline_tree(ref) as baseline:
+        for corpus, corpus_requests in (("secret_free", requests), ("realistic", realistic)):
+            figures[f"{corpus}_parse_sink_spans_per_s"] = run_sink(corpus_requests, "parse")
+            figures[f"{corpus}_walk_sink_spans_per_s"] = run_sink(corpus_requests, "walk")
+            now = run_collector(corpus_requests, {}, half_rate=corpus == "secret_free")
+            figures.update({f"{corpus}_{k}": v for k, v in now.items()})
+            if baseline is not None:
+                before = run_collector(corpus_requests, {}, half_rate=False, source=baseline)
+                figures.update({f"{corpus}_baseline_{k}": v for k, v in before.items()})
+    off = run_collector(requests, {"AFR_REDACTION_ENABLED": "false"}, half_rate=False)
+    figures.update({f"redaction_off_{k}": v for k, v in off.items()})
+    stability_s = float(os.environ.get("AFR_BENCH_STABILITY_S", "300"))
+    figures["stability_window_spans_per_s"] = run_stability(stability_s) if stability_s else []
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "collector.json").write_text(json.dumps(figures, indent=2))
-    ack_on, ack_off = on["acknowledged_spans_per_s"], off["acknowledged_spans_per_s"]
-    print(
-        f"collector bench ({spans_total} spans, {bytes_per_span:.0f} B/span, {STREAMS} gRPC streams, "
-        f"{TRACES_PER_REQUEST * 9} spans/request; afr up with one ingest worker per CPU)"
-    )
-    print(f"  parse-only baseline (this process)   {baseline:10.0f} spans/s")
-    print(
-        f"  redact + truncate, in process        {clean_mb_s:10.0f} MB/s (secret-free corpus), "
-        f"{realistic_mb_s:.0f} MB/s (a secret every ~2 KB), {dense_mb_s:.0f} MB/s (every ~30 bytes)"
-    )
-    print(
-        f"  acknowledged, redaction on           {ack_on:10.0f} spans/s = {ack_on / baseline:.2f}x baseline; target >= 20,000"
-    )
-    ack_realistic = on_realistic["acknowledged_spans_per_s"]
-    print(
-        f"  acknowledged, redaction on, realistic {ack_realistic:9.0f} spans/s (a secret every ~2 KB; "
-        f"{ack_realistic / ack_on:.2f}x the secret-free corpus)"
-    )
-    print(
-        f"  acknowledged, redaction off          {ack_off:10.0f} spans/s (on/off = {ack_on / ack_off:.2f})"
-    )
-    print(
-        f"  inserted into ClickHouse (on / off)  {on['inserted_spans_per_s']:10.0f} / {off['inserted_spans_per_s']:.0f} spans/s "
-        f"(send + drain); rows waiting for insert when sending ended: {on['backlog_rows_at_end_of_send']:.0f}"
-    )
-    print(
-        f"  export latency at saturation         p50 {on['saturation_p50_ms']:6.0f} ms  p99 {on['saturation_p99_ms']:6.0f} ms"
-    )
-    print(
-        f"  export latency at half that rate     p50 {on['half_rate_p50_ms']:6.0f} ms  p99 {on['half_rate_p99_ms']:6.0f} ms; target p99 < 500 ms"
-    )
-    print(
-        f"  peak RSS: collector {on['collector_peak_rss_mib']:.0f} MiB, ingest workers {on['workers_peak_rss_mib']:.0f} MiB in all"
-    )
+    _report(figures)
     return figures
+
+
+def _report(f: dict[str, Any]) -> None:
+    print(
+        f"collector bench ({f['spans']} spans per corpus, {f['bytes_per_span']:.0f} B/span, "
+        f"{STREAMS} gRPC streams, {TRACES_PER_REQUEST * 9} spans/request; afr up with one "
+        f"ingest worker per CPU; baseline: the code at {f['baseline_ref']}, same run)"
+    )
+    print(
+        f"  redact + truncate, in process: {f['redact_truncate_mb_per_s']:.0f} MB/s secret-free, "
+        f"{f['redact_truncate_realistic_mb_per_s']:.0f} MB/s realistic (a secret every ~2 KB), "
+        f"{f['redact_truncate_dense_mb_per_s']:.0f} MB/s dense (every ~30 bytes)"
+    )
+    for corpus in ("secret_free", "realistic"):
+        ack = f[f"{corpus}_acknowledged_spans_per_s"]
+        parse, walk = f[f"{corpus}_parse_sink_spans_per_s"], f[f"{corpus}_walk_sink_spans_per_s"]
+        before = f.get(f"{corpus}_baseline_acknowledged_spans_per_s")
+        versus = f"; {ack / before:.2f}x the baseline's {before:,.0f}" if before else ""
+        print(
+            f"  {corpus}: {ack:,.0f} spans/s acknowledged durable{versus}; "
+            f"{ack / parse:.3f}x the parse-only sink ({parse:,.0f}), "
+            f"{ack / walk:.2f}x the walk sink ({walk:,.0f})"
+        )
+        cpu = f[f"{corpus}_collector_cpu_s_per_1k"] + f[f"{corpus}_workers_cpu_s_per_1k"]
+        stages = ", ".join(
+            f"{key.removeprefix(f'{corpus}_stage_').removesuffix('_us')} {value:.0f}"
+            for key, value in f.items()
+            if key.startswith(f"{corpus}_stage_")
+        )
+        print(
+            f"    CPU {cpu:.3f} s per 1k spans (collector {f[f'{corpus}_collector_cpu_s_per_1k']:.3f}, "
+            f"workers {f[f'{corpus}_workers_cpu_s_per_1k']:.3f}); µs per span: {stages}"
+        )
+        print(
+            f"    export p50 {f[f'{corpus}_saturation_p50_ms']:.0f} / p99 "
+            f"{f[f'{corpus}_saturation_p99_ms']:.0f} ms at saturation; peak RSS collector "
+            f"{f[f'{corpus}_collector_peak_rss_mib']:.0f} MiB + workers "
+            f"{f[f'{corpus}_workers_peak_rss_mib']:.0f} MiB"
+        )
+    print(
+        f"  secret-free at half rate: export p50 {f['secret_free_half_rate_p50_ms']:.0f} / p99 "
+        f"{f['secret_free_half_rate_p99_ms']:.0f} ms (target p99 < 500 ms)"
+    )
+    print(
+        f"  redaction off (secret-free): {f['redaction_off_acknowledged_spans_per_s']:,.0f} spans/s"
+    )
+    windows = f["stability_window_spans_per_s"]
+    if windows:
+        print(
+            f"  stability, realistic, {len(windows)} windows of 30 s: "
+            f"{min(windows):,.0f}-{max(windows):,.0f} spans/s (min/max {min(windows) / max(windows):.2f})"
+        )
 
 
 if __name__ == "__main__":
