@@ -12,11 +12,12 @@ user does, with ``afr eval run`` processes, exporting every eval run to the coll
 - 2 processes, ``--workers 2``: one command, a pool of eval processes.
 
 Figures: evals/min over the wall time of the round (process start-up included, as CI sees
-it), the start-up alone (``afr eval run --list``: the interpreter, the SDK, loading the
-files), and the harness overhead per eval outside the model: the mean time an eval took
-(its replay, assertions, ledger, state store, exporting) minus the time the model spent
+it), the harness overhead per eval outside the model: the mean time an eval took (its
+replay, assertions, ledger, state store, exporting) minus the time the model spent
 answering its requests (server side). Two model latencies: instant (the harness's own
-capacity; 2 CPUs shared with the collector and this process) and 0.5 s per call.
+capacity; 2 CPUs shared with the collector and this process) and 0.5 s per call. And the
+eval commands' start against a bare ``import agents`` (``bench.cli_start``: ``afr eval
+synthesize``, ``afr eval run --list``, ``afr eval run`` of one eval).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from agents import Model
 import afr_exporter
 from afr.incident import build_model, fixed_script
 from afr.scripted_model import ScriptedModelServer
+from bench import cli_start
 from bench.worker_bench import RESULTS, STUB, Collector, _stop, seed_failing_run, start_collector
 from replay_worker.evals.contract import EvalDocument, write_eval
 from replay_worker.evals.synthesis import synthesize
@@ -72,8 +74,9 @@ def _get_run(collector: Collector, run_id: str) -> dict[str, Any]:
     raise RuntimeError(f"run {run_id} never became readable in full")
 
 
-def synthesized_eval(collector: Collector, source_run_id: str) -> EvalDocument:
-    """The eval of the sacred path: the seeded run, replayed to FAILURE_FIXED, synthesized."""
+def synthesized_eval(collector: Collector, source_run_id: str) -> tuple[EvalDocument, str]:
+    """The eval of the sacred path: the seeded run, replayed to FAILURE_FIXED, synthesized;
+    and the replay's run id."""
     source = _get_run(collector, source_run_id)
     processor = afr_exporter.install(
         endpoint=f"http://127.0.0.1:{collector.grpc_port}",
@@ -90,7 +93,7 @@ def synthesized_eval(collector: Collector, source_run_id: str) -> EvalDocument:
     assert processor.force_flush(30)
     processor.shutdown(timeout=5)
     assert replayed.verdict == "FAILURE_FIXED", replayed.reason
-    return synthesize(source, _get_run(collector, replayed.replay_run_id))
+    return synthesize(source, _get_run(collector, replayed.replay_run_id)), replayed.replay_run_id
 
 
 def write_variants(document: EvalDocument, count: int, directory: Path) -> None:
@@ -182,26 +185,19 @@ def run_round(
     }
 
 
-def startup_s(evals: Path) -> float:
-    started = time.monotonic()
-    subprocess.run(
-        [sys.executable, "-m", "afr.cli", "eval", "run", str(evals), "--list"],
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    return time.monotonic() - started
-
-
 def main() -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="afr-bench-evalset-"))
     collector = start_collector()
     try:
-        document = synthesized_eval(collector, seed_failing_run(collector))
+        document, replay_run_id = synthesized_eval(collector, seed_failing_run(collector))
         write_variants(document, EVALS_INSTANT, root / "instant")
         write_variants(document, EVALS_SLOW, root / "slow")
-        start_s = startup_s(root / "instant")
         rounds: dict[str, dict[str, dict[str, float]]] = {}
         with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+            access = cli_start.CollectorAccess(
+                collector.http_url, f"http://127.0.0.1:{collector.grpc_port}", collector.key
+            )
+            cli = cli_start.measure(access, replay_run_id, model.base_url)
             for name, latency_s, count in (
                 ("instant", 0.0, EVALS_INSTANT),
                 ("slow", SLOW_LATENCY_S, EVALS_SLOW),
@@ -216,7 +212,8 @@ def main() -> dict[str, Any]:
     figures: dict[str, Any] = {
         "cpus": os.cpu_count(),
         "slow_model_latency_s": SLOW_LATENCY_S,
-        "startup_s": start_s,
+        "startup_s": cli["eval_run_list_s"],
+        **{f"cli_{key}": value for key, value in cli.items()},
     }
     keys = {MODES[0]: "1_process", MODES[1]: "2_processes_sharded", MODES[2]: "2_workers"}
     for name, by_mode in rounds.items():
@@ -237,7 +234,8 @@ def main() -> dict[str, Any]:
         f"runs exported to the collector; {os.cpu_count()} CPUs shared with the collector and "
         f"the model)"
     )
-    print(f"  start-up of an afr eval run process (imports, loading the files): {start_s:.2f} s")
+    for line in cli_start.lines(cli):
+        print(line)
     for name, label in (("instant", "model answers at once"), ("slow", "model takes 0.5 s/call")):
         by_mode = rounds[name]
         base = by_mode[MODES[0]]

@@ -16,14 +16,25 @@ Two model latencies: 0 (the worker's own capacity; CPU-bound, and the machine's 
 shared with the collector and this process) and 0.5 s per call (a fast real model: there,
 concurrency hides the wait). And one worker with a fresh process for every job
 (``AFR_WORKER_JOBS_PER_PROCESS=1``), to show what reusing replay processes saves.
+
+Overhead per stub: the incident's replay answers one tool call from a stub; a second seeded
+run makes ``AFR_BENCH_WORKER_STUBS`` refund calls in one model answer, each answered by the
+stub in its replay (the same three model calls). Two workers of one replay process each, one
+per run, take rounds in turn; the difference of their median overheads per job, over the
+extra stubs, is the overhead per stub. Target: < 100 ms per job.
+
+Last, the eval commands' start against a bare ``import agents`` (``bench.cli_start``), on an
+eval synthesized from one of the jobs' replays.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -38,7 +49,8 @@ from agents import gen_trace_id
 
 import afr_exporter
 from afr.incident import build_model, failing_script, fixed_script, run_incident
-from afr.scripted_model import ScriptedModelServer
+from afr.scripted_model import ScriptedModelServer, ScriptedToolCall, ScriptedTurn
+from bench import cli_start
 from collector.auth import KeyStore
 from replay_worker.hooks.signature import generate_secret
 from replay_worker.trigger import signed_headers
@@ -49,6 +61,9 @@ JOBS_INSTANT = int(os.environ.get("AFR_BENCH_WORKER_JOBS", "24"))
 JOBS_SLOW = int(os.environ.get("AFR_BENCH_WORKER_SLOW_JOBS", "12"))
 SLOW_LATENCY_S = 0.5
 STUB = json.dumps({"status": "refunded", "order_id": "A-1001", "amount": 12.0})
+STUBS_PER_JOB = int(os.environ.get("AFR_BENCH_WORKER_STUBS", "8"))
+STUB_ROUNDS, JOBS_PER_STUB_ROUND = 3, 12
+OVERHEAD_TARGET_MS = 100.0
 
 
 @dataclass
@@ -110,13 +125,29 @@ def start_collector() -> Collector:
     return Collector(process, data_dir, key, grpc_port, http_port)
 
 
-def seed_failing_run(collector: Collector) -> str:
+def with_refund_calls(script: list[ScriptedTurn], calls: int) -> list[ScriptedTurn]:
+    """The incident's script with ``calls`` refund calls (orders A-1001, A-1002...) in its
+    second answer instead of one."""
+    handoff, refund, final = script
+    (call,) = refund.tool_calls
+    arguments = json.loads(call.arguments)
+    many = tuple(
+        ScriptedToolCall(
+            call.name, json.dumps({**arguments, "order_id": f"A-{1001 + n}"}), f"{call.call_id}_{n}"
+        )
+        for n in range(calls)
+    )
+    return [handoff, dataclasses.replace(refund, tool_calls=many), final]
+
+
+def seed_failing_run(collector: Collector, script: list[ScriptedTurn] | None = None) -> str:
+    """The failing refund-desk run (``script``: the failing incident's by default)."""
     processor = afr_exporter.install(
         endpoint=f"http://127.0.0.1:{collector.grpc_port}",
         headers={"authorization": f"Bearer {collector.key}"},
     )
     trace_id = gen_trace_id()
-    with ScriptedModelServer(failing_script()) as model:
+    with ScriptedModelServer(script or failing_script()) as model:
         asyncio.run(run_incident(build_model("responses", model.base_url), trace_id=trace_id))
     assert processor.force_flush(30)
     processor.shutdown(timeout=5)
@@ -133,6 +164,13 @@ def seed_failing_run(collector: Collector) -> str:
     raise RuntimeError("the seeded run never became readable")
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 class Worker:
     """``afr worker`` in its own process, and a client that posts hooks to it."""
 
@@ -140,7 +178,7 @@ class Worker:
         self, collector: Collector, model_url: str, concurrency: int, jobs_per_process: int
     ) -> None:
         self.secret = generate_secret()
-        self.port = 43570 + (os.getpid() + concurrency + jobs_per_process) % 100
+        self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("AFR_WORKER_")}
         env.update(
@@ -225,18 +263,63 @@ def bench_worker(
     *,
     jobs_per_process: int = 100,
     slow_round: bool = True,
-) -> dict[str, dict[str, float]]:
+) -> tuple[dict[str, dict[str, float]], str]:
+    """The rounds' figures, and the replay run of a job (to synthesize an eval from)."""
     worker = Worker(collector, model.base_url, concurrency, jobs_per_process)
     try:
         model.latency_s = 0.0
-        worker.finish([worker.post(run_id) for _ in range(concurrency)])  # every process up
+        warm = worker.finish([worker.post(run_id) for _ in range(concurrency)])  # every process up
         figures = {"instant": measure_round(worker, model, run_id, JOBS_INSTANT)}
         if slow_round:
             model.latency_s = SLOW_LATENCY_S
             figures["slow"] = measure_round(worker, model, run_id, JOBS_SLOW)
-        return figures
+            model.latency_s = 0.0
+        return figures, str(warm[0]["result"]["replay_run_id"])
     finally:
         worker.stop()
+
+
+def bench_stubs(collector: Collector, one_stub_run_id: str) -> dict[str, float]:
+    """Overhead per job with one stubbed call and with ``STUBS_PER_JOB``, one replay process
+    each, in alternating rounds; their difference per extra stub."""
+    many_stubs_run_id = seed_failing_run(
+        collector, with_refund_calls(failing_script(), STUBS_PER_JOB)
+    )
+    overheads: dict[int, list[float]] = {1: [], STUBS_PER_JOB: []}
+    with (
+        ScriptedModelServer(fixed_script(), per_conversation=True) as one_model,
+        ScriptedModelServer(
+            with_refund_calls(fixed_script(), STUBS_PER_JOB), per_conversation=True
+        ) as many_model,
+    ):
+        sides = [
+            (1, Worker(collector, one_model.base_url, 1, 1000), one_model, one_stub_run_id),
+            (
+                STUBS_PER_JOB,
+                Worker(collector, many_model.base_url, 1, 1000),
+                many_model,
+                many_stubs_run_id,
+            ),
+        ]
+        try:
+            for _, worker, _, run_id in sides:
+                (job,) = worker.finish([worker.post(run_id)])
+                assert job["result"]["verdict"] == "FAILURE_FIXED", job["result"]
+            for _ in range(STUB_ROUNDS):
+                for stubs, worker, model, run_id in sides:
+                    row = measure_round(worker, model, run_id, JOBS_PER_STUB_ROUND)
+                    overheads[stubs].append(row["overhead_ms_per_job"])
+        finally:
+            for _, worker, _, _ in sides:
+                worker.stop()
+    one = statistics.median(overheads[1])
+    many = statistics.median(overheads[STUBS_PER_JOB])
+    return {
+        "stubs_per_job": STUBS_PER_JOB,
+        "overhead_ms_per_job_1_stub": one,
+        f"overhead_ms_per_job_{STUBS_PER_JOB}_stubs": many,
+        "overhead_ms_per_stub": (many - one) / (STUBS_PER_JOB - 1),
+    }
 
 
 def main() -> dict[str, Any]:
@@ -244,10 +327,17 @@ def main() -> dict[str, Any]:
     try:
         run_id = seed_failing_run(collector)
         with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
-            by_n = {n: bench_worker(collector, model, run_id, n) for n in CONCURRENCY}
-            fresh_rounds = bench_worker(
+            by_n: dict[int, dict[str, dict[str, float]]] = {}
+            for n in CONCURRENCY:
+                by_n[n], replay_run_id = bench_worker(collector, model, run_id, n)
+            fresh_rounds, _ = bench_worker(
                 collector, model, run_id, 1, jobs_per_process=1, slow_round=False
             )
+            stubs = bench_stubs(collector, run_id)
+            access = cli_start.CollectorAccess(
+                collector.http_url, f"http://127.0.0.1:{collector.grpc_port}", collector.key
+            )
+            cli = cli_start.measure(access, replay_run_id, model.base_url)
     finally:
         _stop(collector.process)
     fresh = fresh_rounds["instant"]
@@ -263,6 +353,10 @@ def main() -> dict[str, Any]:
                 figures[f"{name}_model_{n}_processes_{key}"] = value
     for key, value in fresh.items():
         figures[f"instant_model_fresh_process_per_job_{key}"] = value
+    for key, value in stubs.items():
+        figures[f"instant_model_1_processes_{key}"] = value
+    for key, value in cli.items():
+        figures[f"cli_{key}"] = value
     for name in ("instant", "slow"):
         base = by_n[1][name]["jobs_per_min"]
         for n in CONCURRENCY[1:]:
@@ -291,6 +385,15 @@ def main() -> dict[str, Any]:
         f"overhead {fresh['overhead_ms_per_job']:5.0f} ms/job "
         f"(reused: {reused['overhead_ms_per_job']:.0f} ms/job)"
     )
+    many = stubs["stubs_per_job"]
+    print(
+        f"  harness overhead (1 replay process, instant model; target < {OVERHEAD_TARGET_MS:.0f} "
+        f"ms/job): {stubs['overhead_ms_per_job_1_stub']:.0f} ms/job with 1 stubbed call, "
+        f"{stubs[f'overhead_ms_per_job_{many}_stubs']:.0f} ms/job with {many:.0f}: "
+        f"{stubs['overhead_ms_per_stub']:.1f} ms per stub (medians of {STUB_ROUNDS} rounds each)"
+    )
+    for line in cli_start.lines(cli):
+        print(line)
     return figures
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -116,9 +117,17 @@ def warm_up() -> None:
     """Runs one agent turn with a tool call per model API against canned answers (no
     network, no tracing, no thread left behind). The openai client builds its pydantic
     schemas on the first request, about 1 s of CPU: done once in the fork server, every
-    replay process forked from it starts with them built. Never raises."""
+    replay process forked from it starts with them built. Also imports the OTLP/gRPC
+    exporter each replay process installs (~0.1-0.2 s per process otherwise); only
+    imports: a gRPC channel, and its threads, must not exist before the fork. Never raises."""
     from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
     from agents.models.openai_responses import OpenAIResponsesModel
+
+    try:
+        importlib.import_module("afr_exporter.processor")
+        importlib.import_module("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+    except ImportError:  # installing the exporter will say what is missing
+        logger.warning("replay warm-up: the OTLP exporter did not import", exc_info=True)
 
     @function_tool
     def noop() -> str:
