@@ -45,6 +45,9 @@ AVAILABLE = hyperscan is not None
 _NAMED_GROUP = re.compile(r"\(\?P<[A-Za-z0-9_]+>")
 
 
+_UTF8 = (hyperscan.HS_FLAG_UTF8 | hyperscan.HS_FLAG_SINGLEMATCH) if hyperscan is not None else 0
+
+
 class _First:
     """A match callback that keeps the first end offset and stops the scan."""
 
@@ -59,26 +62,48 @@ class _First:
 
 
 class Prefilter:
-    """``patterns`` (RE2 syntax, over UTF-8 bytes) compiled into one Hyperscan database;
-    a pattern's id is its index."""
+    """``patterns`` (RE2 syntax, over UTF-8 bytes) compiled into Hyperscan databases; a
+    pattern's id is its index. Patterns in ``select_only`` count for ``first_end`` but are
+    never reported by ``ids`` (scanned without them: fewer patterns, a faster scan)."""
 
-    def __init__(self, patterns: Sequence[str], *, side: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        patterns: Sequence[str],
+        *,
+        side: Sequence[int] = (),
+        select_only: Sequence[int] = (),
+    ) -> None:
         if hyperscan is None:
             raise RuntimeError("the hyperscan package is not installed")
-        compiled, self.side = _compile(tuple(patterns), tuple(sorted(set(side))))
-        self._database = compiled
+        self._patterns = tuple(patterns)
+        self.side = _side_of(self._patterns, tuple(sorted(set(side))))
+        self._select_only = frozenset(select_only)
         side_pattern = "|".join(f"(?:{patterns[i]})" for i in self.side)
         options = re2.Options()
         options.max_mem = 64 << 20
         self._side = re2.compile(side_pattern.encode(), options) if self.side else None
+        self._side_reported = tuple(i for i in self.side if i not in self._select_only)
         self._local = threading.local()
+        for reported_only in (True, False):  # built now, not on the first request
+            for ascii_only in (True, False):
+                _compiled(self._patterns, self.side, self._skip(reported_only), ascii_only)
 
-    def _scratch(self) -> Any:
-        # A scratch space may serve one scan at a time: one per thread.
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = hyperscan.Scratch(self._database)
-        return scratch
+    def _skip(self, reported_only: bool) -> frozenset[int]:
+        return self._select_only if reported_only else frozenset()
+
+    def _database(self, reported_only: bool, ascii_only: bool) -> tuple[Any, Any]:
+        """(database, this thread's scratch space for it); ASCII text is scanned by a
+        database compiled for bytes, which is faster and the same on ASCII."""
+        database = _compiled(self._patterns, self.side, self._skip(reported_only), ascii_only)
+        if database is None:
+            return None, None
+        scratches = getattr(self._local, "scratches", None)
+        if scratches is None:
+            scratches = self._local.scratches = {}
+        scratch = scratches.get(id(database))
+        if scratch is None:  # a scratch space serves one scan at a time: one per thread
+            scratch = scratches[id(database)] = hyperscan.Scratch(database)
+        return database, scratch
 
     @staticmethod
     def covers(data: bytes) -> bool:
@@ -88,28 +113,29 @@ class Prefilter:
         return data.isascii() or (b"\xc5\xbf" not in data and b"\xe2\x84\xaa" not in data)
 
     def ids(self, data: bytes) -> set[int]:
-        """The patterns that match somewhere in ``data`` (a superset: never one fewer)."""
+        """The patterns that match somewhere in ``data`` (a superset: never one fewer),
+        those in ``select_only`` aside."""
         found: set[int] = set()
-        if self._database is not None:
-            self._database.scan(
+        database, scratch = self._database(True, data.isascii())
+        if database is not None:
+            database.scan(
                 data,
                 match_event_handler=lambda pattern, start, end, flags, context: found.add(pattern),
-                scratch=self._scratch(),
+                scratch=scratch,
             )
-        if self._side is not None and self._side.search(data) is not None:
-            found.update(self.side)
+        if self._side_reported and self._side is not None and self._side.search(data):
+            found.update(self._side_reported)
         return found
 
     def first_end(self, data: bytes, start: int = 0) -> int:
         """Where the first match in ``data[start:]`` ends (an offset into ``data``); -1 when
         nothing matches there."""
         best = -1
-        if self._database is not None:
+        database, scratch = self._database(False, data.isascii())
+        if database is not None:
             first = _First()
             with contextlib.suppress(hyperscan.ScanTerminated):  # the first match stops it
-                self._database.scan(
-                    memoryview(data)[start:], match_event_handler=first, scratch=self._scratch()
-                )
+                database.scan(memoryview(data)[start:], match_event_handler=first, scratch=scratch)
             if first.end >= 0:
                 best = start + first.end
         if self._side is not None:
@@ -119,29 +145,34 @@ class Prefilter:
         return best
 
 
+def _expression(pattern: str) -> bytes:
+    return _NAMED_GROUP.sub("(?:", pattern).encode()
+
+
 @functools.lru_cache(maxsize=16)
-def _compile(patterns: tuple[str, ...], side: tuple[int, ...]) -> tuple[Any, tuple[int, ...]]:
-    """(database, the side patterns): every pattern Hyperscan compiles exactly goes in the
-    database; the rest join ``side``. Cached: a database takes ~0.5 s to build, and every
-    redactor of a process over the same rules shares one (scans are thread-safe, scratch
-    spaces are not)."""
-    flags = hyperscan.HS_FLAG_UTF8 | hyperscan.HS_FLAG_SINGLEMATCH
+def _side_of(patterns: tuple[str, ...], side: tuple[int, ...]) -> tuple[int, ...]:
+    """``side`` and every pattern Hyperscan cannot take: a non-ASCII literal (case folding
+    beyond ASCII is RE2's alone) or syntax it has not (``\\C``, ``\\pN``...)."""
     rest = set(side)
-    # A non-ASCII literal goes to RE2: case folding beyond ASCII is RE2's alone.
     rest.update(i for i, pattern in enumerate(patterns) if not pattern.isascii())
-    chosen = {
-        i: _NAMED_GROUP.sub("(?:", pattern).encode()
-        for i, pattern in enumerate(patterns)
-        if i not in rest
-    }
-    database = _database(chosen, flags)
-    if database is None and chosen:  # some syntax Hyperscan has not (\C, \pN...): find it
-        for index, expression in list(chosen.items()):
-            if _database({index: expression}, flags) is None:
-                rest.add(index)
-                del chosen[index]
-        database = _database(chosen, flags)
-    return database, tuple(sorted(rest))
+    chosen = {i: _expression(p) for i, p in enumerate(patterns) if i not in rest}
+    if _database(chosen, _UTF8) is None and chosen:
+        rest.update(i for i, e in chosen.items() if _database({i: e}, _UTF8) is None)
+    return tuple(sorted(rest))
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(
+    patterns: tuple[str, ...], side: tuple[int, ...], skip: frozenset[int], ascii_only: bool
+) -> Any:
+    """The database of every pattern but ``side`` and ``skip``. Cached: one takes ~0.3-0.6 s
+    to build, and every redactor of a process over the same rules shares it (scans are
+    thread-safe, scratch spaces are not)."""
+    chosen = {i: _expression(p) for i, p in enumerate(patterns) if i not in side and i not in skip}
+    database = _database(chosen, hyperscan.HS_FLAG_SINGLEMATCH if ascii_only else _UTF8)
+    if database is None and ascii_only:  # a pattern only UTF-8 mode takes (\x{2028})
+        database = _database(chosen, _UTF8)
+    return database
 
 
 def _database(expressions: dict[int, bytes], flags: int) -> Any:

@@ -73,8 +73,10 @@ _KEY_HINT_WORDS = (
 )  # fmt: skip
 _SEPARATOR = "\x00"
 _PSEUDONYM_CACHE = 16_384
+# A JSON string inside a JSON string: an escaped backslash before a quote or a backslash.
+_NESTED_JSON_STRING = r'\\\\[\\\\"]'
 _MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
-_EXPLORE = 64  # one span in this many measures the engine not chosen
+_EXPLORE = 128  # one span in this many measures the engine not chosen
 _MEASURE = 8  # one span in this many is timed (each exploring one too)
 _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
 # Our own output: never scanned again (a replay sends stored, pseudonymized text back in).
@@ -192,7 +194,17 @@ class Redactor:
         # Percent-encoded text, decoded before it is scanned.
         percent = r"(?P<percent_encoded>%[0-9A-Fa-f]{2})"
         self._scan = re2.compile(
-            "|".join((self._base.text.pattern, hint, json_key, json_escape, json_pair, percent)),
+            "|".join(
+                (
+                    self._base.text.pattern,
+                    hint,
+                    json_key,
+                    json_escape,
+                    json_pair,
+                    percent,
+                    _NESTED_JSON_STRING,
+                )
+            ),
             options,
         )
         self._detectors = detectors
@@ -202,19 +214,24 @@ class Redactor:
             # Pattern i + 1 is detector i; the scan's own patterns follow. The base64 runs
             # stay with RE2: a run of 31+ letters is costly for Hyperscan to count and cheap
             # for RE2 on its own.
-            # The loosened providers select segments as they do for RE2 (a value under
-            # layers of JSON escapes is found by them, then decoded and matched exactly).
+            # Detectors match text as it is and JSON strings one level deep (\" is in their
+            # patterns); a string inside a string inside JSON (\\\" or \\\\) is selected
+            # so that it is decoded and matched exactly, as the loosened providers select it
+            # for RE2.
             patterns = [_PSEUDONYM, *(d.pattern for d in detectors), _BASE64_BLOB]
-            patterns += [json_key, json_escape, json_pair, percent]
-            patterns += [_loosened(d.pattern) for d in detectors if d.name in providers]
-            self._prefilter = prefilter.Prefilter(patterns, side=[len(detectors) + 1])
+            matched = len(patterns)  # what ids() reports; the rest only select segments
+            patterns += [json_key, json_escape, json_pair, percent, _NESTED_JSON_STRING]
+            self._prefilter = prefilter.Prefilter(
+                patterns, side=[len(detectors) + 1], select_only=range(matched, len(patterns))
+            )
         self._subsets: dict[frozenset[int], _Matcher] = {}
-        self._pattern = self._full.text  # every detector, over str
         self._scan_bytes = re2.compile(self._scan.pattern.encode(), options)
+        self._pattern = self._full.text  # every detector, over str
         # Recent cost per byte of selecting segments: RE2, Hyperscan.
         self._recent = [[0.0] * 9, [0.0] * 9]
         self._ns_per_byte = [0.0, 0.0]
         self._spans_chosen = 0
+        self._current = 1  # the engine of the spans between two choices
         self.forced_engine: int | None = None
         """Selection by RE2 (0) or Hyperscan (1) on every span, not the faster: for tests."""
         self._key_classes: dict[str, tuple[int, bool]] = {}
@@ -399,22 +416,27 @@ class Redactor:
         has seen, slow on new tokens, which grow its DFA) and the Hyperscan prefilter (the
         same speed on any text). Each span goes to the one measured faster per byte lately;
         every ``_EXPLORE``-th span to the other, so the measure follows the traffic."""
-        data = view.encode("utf-8")
         finder = self._prefilter
         engine = timed = 0
-        if finder is not None and finder.covers(data):
-            # _engine, inlined: this runs for every span.
+        if finder is not None:
+            # The choice is made again on every _MEASURE-th span, which is timed (and every
+            # _EXPLORE-th of those goes to the other engine): this runs for every span.
             self._spans_chosen = chosen = self._spans_chosen + 1
-            faster = 1 if self._ns_per_byte[1] <= self._ns_per_byte[0] else 0
-            engine = 1 - faster if chosen % _EXPLORE == 0 else faster
-            timed = chosen % _MEASURE == 0  # every exploring span, and one in _MEASURE
-            if self.forced_engine is not None:
-                engine = self.forced_engine
+            forced = self.forced_engine
+            if forced is not None:
+                engine, timed = forced, int(chosen % _MEASURE == 0)
+            elif chosen % _MEASURE:
+                engine = self._current
+            else:
+                timed = 1
+                faster = self._current = 1 if self._ns_per_byte[1] <= self._ns_per_byte[0] else 0
+                engine = 1 - faster if chosen % _EXPLORE == 0 else faster
         began = time.perf_counter_ns() if timed else 0
-        if engine:
-            assert finder is not None
+        data = view.encode("utf-8")
+        if engine and finder is not None and finder.covers(data):
             end = finder.first_end(data)
         else:
+            engine = 0
             hit = self._scan_bytes.search(data)
             end = -1 if hit is None else hit.end()
         if end < 0 and not timed:
@@ -430,14 +452,15 @@ class Redactor:
                 hit = search(data, start)
                 return -1 if hit is None else int(hit.end())
 
+        by_chars = len(data) == len(view)  # ASCII: byte and character offsets agree
         touched: list[int] = []
         if end >= 0:
-            ascii_only = len(data) == len(view)
+            # Offsets in what was searched: characters, or UTF-8 bytes.
             starts: list[int] = []
             offset = 0
             for text in texts:
                 starts.append(offset)
-                offset += (len(text) if ascii_only else len(text.encode("utf-8"))) + 1
+                offset += (len(text) if by_chars else len(text.encode("utf-8"))) + 1
         while end >= 0:
             # By its last character: a match may begin on the separator before its segment.
             index = bisect_right(starts, end - 1) - 1
@@ -452,7 +475,7 @@ class Redactor:
             recent = self._recent[engine]
             recent[self._spans_chosen // _MEASURE % len(recent)] = (
                 time.perf_counter_ns() - began
-            ) / (len(data) + 64)
+            ) / (len(view) + 64)
             self._ns_per_byte[engine] = sorted(recent)[len(recent) // 2]
         return touched
 

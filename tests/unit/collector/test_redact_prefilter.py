@@ -209,3 +209,22 @@ def test_threads_share_one_prefilter() -> None:
         thread.join()
     assert not errors
     assert expected and all(found == expected for found in results)
+
+
+def test_select_only_patterns_find_segments_but_are_never_reported() -> None:
+    finder = prefilter.Prefilter([r"ab", r"c+d"], select_only=[1])
+    assert finder.ids(b"xx ccd ab") == {0}
+    assert finder.first_end(b"xx ccd ab") == 6
+
+
+@pytest.mark.parametrize(
+    "text", ["plain ascii ab", "caf\u00e9 ab", "\u2028 then ab"], ids=["ascii", "latin", "sep"]
+)
+def test_ascii_and_utf8_text_get_the_same_answer(text: str) -> None:
+    # \x{2028} compiles for UTF-8 only: ASCII text then goes to the UTF-8 database too.
+    for patterns in ([r"ab", r"\bca"], [r"ab", r"\x{2028}"]):
+        finder = prefilter.Prefilter(patterns)
+        compiled = [re2.compile(p.encode()) for p in patterns]
+        data = text.encode()
+        assert finder.ids(data) >= {i for i, p in enumerate(compiled) if p.search(data)}
+        assert 0 in finder.ids(data)
