@@ -339,9 +339,11 @@ def test_settings_reach_the_engine_and_the_caps_always_apply(sql: Sql) -> None:
     )
     assert response.text.split("\t") == ["1", str(TIME_CAP_S), "true", "1\n"]
     # Engine threads per query: a client may lower the cap, never raise it ("0" is "auto").
-    for asked, runs_on in (("1", 1), (str(THREAD_CAP + 6), THREAD_CAP), ("0", THREAD_CAP)):
-        threads = sql.post("SELECT getSetting('max_threads')", params={"max_threads": asked})
-        assert threads.text == f"{runs_on}\n", asked
+    for threads_asked, runs_on in (("1", 1), (str(THREAD_CAP + 6), THREAD_CAP), ("0", THREAD_CAP)):
+        threads = sql.post(
+            "SELECT getSetting('max_threads')", params={"max_threads": threads_asked}
+        )
+        assert threads.text == f"{runs_on}\n", threads_asked
     assert sql.post("SELECT getSetting('max_threads')").text == f"{THREAD_CAP}\n"
     lowered = sql.post(
         "SELECT getSetting('max_execution_time')", params={"max_execution_time": "1"}
