@@ -156,6 +156,8 @@ def test_server_runs_from_its_wheel_away_from_the_checkout(wheels: Wheels, tmp_p
     assert "exit codes: fixing model 0, original behaviour 1" in out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("ORIGINS ")]
     origins: dict[str, str | None] = json.loads(line.removeprefix("ORIGINS "))
-    assert {"collector.server", "replay_worker.child", "afr_exporter.processor"} <= set(origins)
+    assert {"collector.server", "replay_worker.replay.engine", "afr_exporter.processor"} <= set(
+        origins
+    )
     outside = {n: f for n, f in origins.items() if f is not None and not f.startswith(str(site))}
     assert outside == {}
