@@ -235,13 +235,38 @@ class Worker:
         _stop(self.process)
 
 
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds used so far by ``root`` and every process below it (the fork server, the
+    replay processes), those already reaped included. Linux ``/proc``; 0 elsewhere."""
+    tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, int]] = {}  # pid -> (parent, clock ticks)
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        # after the name: state, ppid, ... utime, stime, cutime, cstime (fields 14-17)
+        procs[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, _) in procs.items() if ppid == parent]
+        tree.update(children)
+        frontier.extend(children)
+    return sum(procs[pid][1] for pid in tree if pid in procs) * tick_s
+
+
 def measure_round(
     worker: Worker, model: ScriptedModelServer, run_id: str, jobs: int
 ) -> dict[str, float]:
+    """Wall figures as the worker stamps its jobs, and the CPU its processes used per job
+    (what the wall figures become on a machine that other work shares)."""
     model.clear()
+    cpu_s = _tree_cpu_s(worker.process.pid)
     started = time.time()
     job_ids = [worker.post(run_id) for _ in range(jobs)]
     finished = worker.finish(job_ids)
+    cpu_s = _tree_cpu_s(worker.process.pid) - cpu_s
     wall_s = max(job["finished_at"] for job in finished) - started
     model_s = sum(r.answered_s - r.received_s for r in model.requests)
     run_s = [job["finished_at"] - job["started_at"] for job in finished]
@@ -251,6 +276,7 @@ def measure_round(
         "job_run_s_mean": statistics.mean(run_s),
         "model_s_per_job": model_s / jobs,
         "overhead_ms_per_job": (statistics.mean(run_s) - model_s / jobs) * 1000,
+        "worker_cpu_ms_per_job": cpu_s / jobs * 1000,
         "model_peak_in_flight": model.max_in_flight,
     }
 
@@ -286,6 +312,7 @@ def bench_stubs(collector: Collector, one_stub_run_id: str) -> dict[str, float]:
         collector, with_refund_calls(failing_script(), STUBS_PER_JOB)
     )
     overheads: dict[int, list[float]] = {1: [], STUBS_PER_JOB: []}
+    cpu: dict[int, list[float]] = {1: [], STUBS_PER_JOB: []}
     with (
         ScriptedModelServer(fixed_script(), per_conversation=True) as one_model,
         ScriptedModelServer(
@@ -309,17 +336,17 @@ def bench_stubs(collector: Collector, one_stub_run_id: str) -> dict[str, float]:
                 for stubs, worker, model, run_id in sides:
                     row = measure_round(worker, model, run_id, JOBS_PER_STUB_ROUND)
                     overheads[stubs].append(row["overhead_ms_per_job"])
+                    cpu[stubs].append(row["worker_cpu_ms_per_job"])
         finally:
             for _, worker, _, _ in sides:
                 worker.stop()
-    one = statistics.median(overheads[1])
-    many = statistics.median(overheads[STUBS_PER_JOB])
-    return {
-        "stubs_per_job": STUBS_PER_JOB,
-        "overhead_ms_per_job_1_stub": one,
-        f"overhead_ms_per_job_{STUBS_PER_JOB}_stubs": many,
-        "overhead_ms_per_stub": (many - one) / (STUBS_PER_JOB - 1),
-    }
+    figures: dict[str, float] = {"stubs_per_job": STUBS_PER_JOB}
+    for name, values in (("overhead", overheads), ("worker_cpu", cpu)):
+        one, many = statistics.median(values[1]), statistics.median(values[STUBS_PER_JOB])
+        figures[f"{name}_ms_per_job_1_stub"] = one
+        figures[f"{name}_ms_per_job_{STUBS_PER_JOB}_stubs"] = many
+        figures[f"{name}_ms_per_stub"] = (many - one) / (STUBS_PER_JOB - 1)
+    return figures
 
 
 def main() -> dict[str, Any]:
@@ -376,21 +403,26 @@ def main() -> dict[str, Any]:
             print(
                 f"    {n} replay process{'es' if n > 1 else '  '}  {row['jobs_per_min']:7.1f} jobs/min "
                 f"= {row['jobs_per_min'] / base:4.2f}x 1 process; overhead outside the model "
-                f"{row['overhead_ms_per_job']:5.0f} ms/job; peak concurrent model calls "
+                f"{row['overhead_ms_per_job']:5.0f} ms/job (worker CPU "
+                f"{row['worker_cpu_ms_per_job']:4.0f} ms/job); peak concurrent model calls "
                 f"{row['model_peak_in_flight']:.0f}"
             )
     reused = by_n[1]["instant"]
     print(
         f"  a fresh process per job (1 process): {fresh['jobs_per_min']:7.1f} jobs/min, "
-        f"overhead {fresh['overhead_ms_per_job']:5.0f} ms/job "
-        f"(reused: {reused['overhead_ms_per_job']:.0f} ms/job)"
+        f"overhead {fresh['overhead_ms_per_job']:5.0f} ms/job, worker CPU "
+        f"{fresh['worker_cpu_ms_per_job']:.0f} ms/job (reused: {reused['overhead_ms_per_job']:.0f} "
+        f"and {reused['worker_cpu_ms_per_job']:.0f} ms/job)"
     )
     many = stubs["stubs_per_job"]
     print(
         f"  harness overhead (1 replay process, instant model; target < {OVERHEAD_TARGET_MS:.0f} "
         f"ms/job): {stubs['overhead_ms_per_job_1_stub']:.0f} ms/job with 1 stubbed call, "
         f"{stubs[f'overhead_ms_per_job_{many}_stubs']:.0f} ms/job with {many:.0f}: "
-        f"{stubs['overhead_ms_per_stub']:.1f} ms per stub (medians of {STUB_ROUNDS} rounds each)"
+        f"{stubs['overhead_ms_per_stub']:.1f} ms per stub (medians of {STUB_ROUNDS} rounds each); "
+        f"worker CPU {stubs['worker_cpu_ms_per_job_1_stub']:.0f} and "
+        f"{stubs[f'worker_cpu_ms_per_job_{many}_stubs']:.0f} ms/job: "
+        f"{stubs['worker_cpu_ms_per_stub']:.1f} ms per stub"
     )
     for line in cli_start.lines(cli):
         print(line)
