@@ -11,7 +11,10 @@ piece of one, found in what was stored (``LeakScanner``), in the stored text its
 URL-decoded, base64-decoded or JSON-decoded forms.
 
 ``all_kinds()`` adds the provider generators of ``tests/secretgen.py`` when that module
-exists (``PROVIDER_GENERATORS`` and ``secret_part``).
+exists (``PROVIDER_GENERATORS`` and ``secret_part``), and each format there that ends in a
+checksum damaged as ``SHAPES`` and ``damaged`` damage it: mistyped (the checksum fails),
+cut short and one character long — no longer valid, still one character from a working
+credential, so redacted all the same.
 """
 
 from __future__ import annotations
@@ -522,8 +525,17 @@ def _provider_kind(name: str, generate: Callable[[random.Random], str], part: An
     return Kind(f"provider.{name}", wrapped)
 
 
+def _damaged_kind(shape: Any, damage: str, module: Any) -> Kind:
+    def generate(rng: random.Random) -> str:
+        return str(module.damaged(shape.generate(rng), damage))
+
+    kind = _provider_kind(shape.detector, generate, module.secret_part)
+    return Kind(f"provider.{shape.detector}.{shape.variant}.{damage}", kind.generate)
+
+
 def all_kinds() -> dict[str, Kind]:
-    """The core kinds, plus one per provider of ``tests/secretgen.py`` when it exists."""
+    """The core kinds, plus one per provider of ``tests/secretgen.py`` when it exists and
+    one per damaged checksum-carrying format."""
     kinds = dict(CORE_KINDS)
     try:
         module = importlib.import_module("tests.secretgen")
@@ -535,6 +547,12 @@ def all_kinds() -> dict[str, Kind]:
     for name, generate in sorted(generators.items()):
         kind = _provider_kind(name, generate, module.secret_part)
         kinds[kind.name] = kind
+    for shape in module.SHAPES:
+        if shape.check == "checksum":
+            for damage in module.DAMAGES:
+                if damage != "valid":
+                    kind = _damaged_kind(shape, damage, module)
+                    kinds[kind.name] = kind
     return kinds
 
 

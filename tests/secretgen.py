@@ -7,9 +7,13 @@ one does not hide in the other; ``test_providers.py`` pins both to published vec
 
 - ``PROVIDER_GENERATORS[name](rng)``: a fresh valid credential of detector ``name``,
   sometimes with the keyword a context-bound detector needs ("DD_APP_KEY=<hex>").
-- ``PROVIDER_LOOK_ALIKES[name](rng)``: a near miss that must stay (bad checksum, wrong
-  length or alphabet, a placeholder, the prefix alone in prose).
+- ``PROVIDER_LOOK_ALIKES[name](rng)``: a near miss that must stay (a placeholder, the
+  prefix alone in prose, a fragment far shorter than any token, a wrong alphabet, a public
+  value of the same provider).
 - ``secret_part(name, credential)``: the part that must never be stored.
+- ``SHAPES``: the formats whose prefix alone marks a credential, each variant apart, and
+  ``damaged(token, damage)``: such a token mistyped (its checksum fails), cut short or
+  one character long, which must be redacted all the same.
 """
 
 from __future__ import annotations
@@ -20,10 +24,21 @@ import random
 import re
 import string
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 from urllib.parse import quote
 
-__all__ = ["PROVIDER_GENERATORS", "PROVIDER_LOOK_ALIKES", "secret_part"]
+__all__ = [
+    "DAMAGES",
+    "GENERIC_SHAPES",
+    "PROVIDER_GENERATORS",
+    "PROVIDER_LOOK_ALIKES",
+    "SHAPES",
+    "Shape",
+    "damaged",
+    "secret_part",
+    "typos",
+]
 
 Generator = Callable[[random.Random], str]
 
@@ -100,28 +115,53 @@ def _age_key(rng: random.Random) -> str:
 
 
 # --- generators ----------------------------------------------------------------------
-def _github(rng: random.Random) -> str:
-    kind = rng.randrange(4)
-    if kind == 0:
-        return "github_pat_11" + chars(rng, UPPER_ALNUM, 20) + "_" + chars(rng, ALNUM, 59)
-    if kind == 1:
-        header = _json_b64({"alg": "RS256", "typ": "JWT"})
-        payload = _json_b64({"iss": _digits(rng, 6), "exp": rng.randrange(10**9, 2 * 10**9)})
-        return f"ghs_{_digits(rng, 7)}_{header}.{payload}.{_b64url(rng.randbytes(256))}"
+def _github_classic(rng: random.Random) -> str:
     body = chars(rng, ALNUM, 30)
     return rng.choice(["ghp_", "gho_", "ghu_", "ghs_", "ghr_"]) + body + crc_base62(body)
 
 
+def _github_fine_grained(rng: random.Random) -> str:
+    return "github_pat_11" + chars(rng, UPPER_ALNUM, 20) + "_" + chars(rng, ALNUM, 59)
+
+
+def _github_stateless(rng: random.Random) -> str:
+    header = _json_b64({"alg": "RS256", "typ": "JWT"})
+    payload = _json_b64({"iss": _digits(rng, 6), "exp": rng.randrange(10**9, 2 * 10**9)})
+    return f"ghs_{_digits(rng, 7)}_{header}.{payload}.{_b64url(rng.randbytes(256))}"
+
+
+def _github(rng: random.Random) -> str:
+    kind = rng.randrange(4)
+    if kind == 0:
+        return _github_fine_grained(rng)
+    if kind == 1:
+        return _github_stateless(rng)
+    return _github_classic(rng)
+
+
+def _gitlab_routable(rng: random.Random) -> str:
+    # <prefix>-<b64 payload>.01.<len base36 2><crc base36 7>
+    routing = f"o:{_to_base(rng.randrange(10**6), DIGITS + LOWER, 1)}\nu:{chars(rng, LOWER, 4)}"
+    raw = rng.randbytes(16) + routing.encode() + bytes([len(routing)])
+    payload = _b64url(raw)
+    head = f"{rng.choice(['glpat', 'glrt', 'gldt'])}-{payload}.01.{_to_base(len(payload), DIGITS + LOWER, 2)}"
+    return head + _to_base(zlib.crc32(head.encode()), DIGITS + LOWER, 7)
+
+
+def _gitlab_runner(rng: random.Random) -> str:
+    return "GR1348941" + chars(rng, ALNUM, 20)
+
+
 def _gitlab(rng: random.Random) -> str:
     kind = rng.randrange(4)
-    if kind == 0:  # routable: <prefix>-<b64 payload>.01.<len base36 2><crc base36 7>
-        routing = f"o:{_to_base(rng.randrange(10**6), DIGITS + LOWER, 1)}\nu:{chars(rng, LOWER, 4)}"
-        raw = rng.randbytes(16) + routing.encode() + bytes([len(routing)])
-        payload = _b64url(raw)
-        head = f"{rng.choice(['glpat', 'glrt', 'gldt'])}-{payload}.01.{_to_base(len(payload), DIGITS + LOWER, 2)}"
-        return head + _to_base(zlib.crc32(head.encode()), DIGITS + LOWER, 7)
+    if kind == 0:
+        return _gitlab_routable(rng)
     if kind == 1:
-        return "GR1348941" + chars(rng, ALNUM, 20)
+        return _gitlab_runner(rng)
+    return _gitlab_prefixed(rng)
+
+
+def _gitlab_prefixed(rng: random.Random) -> str:
     prefix, length = rng.choice(
         [
             ("glpat", 20),
@@ -137,12 +177,18 @@ def _gitlab(rng: random.Random) -> str:
     return f"{prefix}-" + chars(rng, B64URL, length - 1) + rng.choice(ALNUM)
 
 
-def _atlassian(rng: random.Random) -> str:
-    if rng.random() < 0.3:
-        head = "ATBB" + chars(rng, ALNUM, 24)
-    else:
-        head = rng.choice(["ATATT3xFfGF0", "ATCTT3xFfGN0"]) + chars(rng, B64URL, 171) + "="
+def _atlassian_app_password(rng: random.Random) -> str:
+    head = "ATBB" + chars(rng, ALNUM, 24)
     return head + f"{zlib.crc32(head.encode()):08X}"
+
+
+def _atlassian_api_token(rng: random.Random) -> str:
+    head = rng.choice(["ATATT3xFfGF0", "ATCTT3xFfGN0"]) + chars(rng, B64URL, 171) + "="
+    return head + f"{zlib.crc32(head.encode()):08X}"
+
+
+def _atlassian(rng: random.Random) -> str:
+    return (_atlassian_app_password if rng.random() < 0.3 else _atlassian_api_token)(rng)
 
 
 def _npm(rng: random.Random) -> str:
@@ -150,13 +196,17 @@ def _npm(rng: random.Random) -> str:
     return "npm_" + body + crc_base62(body)
 
 
-def _artifactory(rng: random.Random) -> str:
-    if rng.random() < 0.5:
-        return "AKCp" + chars(rng, ALNUM, 69)
+def _artifactory_reference(rng: random.Random) -> str:
     while True:  # base64 of "reftkn:01:<expiry>:<random>", 48 bytes, alphanumeric only
         token = _b64(b"reftkn:01:" + rng.randbytes(38))
         if token.isalnum():
             return token
+
+
+def _artifactory(rng: random.Random) -> str:
+    if rng.random() < 0.5:
+        return "AKCp" + chars(rng, ALNUM, 69)
+    return _artifactory_reference(rng)
 
 
 def _slack(rng: random.Random) -> str:
@@ -230,32 +280,48 @@ def _gcp(rng: random.Random) -> str:
     )
 
 
+def _cloudflare_scannable(rng: random.Random) -> str:
+    body = chars(rng, ALNUM, 40)
+    return rng.choice(["cfut_", "cfat_", "cfk_"]) + body + f"{zlib.crc32(body.encode()):08x}"
+
+
+def _cloudflare_origin_ca(rng: random.Random) -> str:
+    return f"v1.0-{chars(rng, HEX, 24)}-{chars(rng, HEX, 146)}"
+
+
 def _cloudflare(rng: random.Random) -> str:
     kind = rng.randrange(4)
     if kind == 0:
-        body = chars(rng, ALNUM, 40)
-        return rng.choice(["cfut_", "cfat_", "cfk_"]) + body + f"{zlib.crc32(body.encode()):08x}"
+        return _cloudflare_scannable(rng)
     if kind == 1:
-        return f"v1.0-{chars(rng, HEX, 24)}-{chars(rng, HEX, 146)}"
+        return _cloudflare_origin_ca(rng)
     if kind == 2:
         return f"CLOUDFLARE_KEY={chars(rng, ALNUM, 39)}{rng.choice(DIGITS)}"
     return f"cloudflare global key: {chars(rng, HEX, 37)}"
 
 
+def _glsa(rng: random.Random) -> str:
+    head = "glsa_" + chars(rng, ALNUM, 32)
+    return head + "_" + zlib.crc32(head.encode()).to_bytes(4, "little").hex()
+
+
+def _grafana_cloud(rng: random.Random) -> str:
+    name = f"stack-{_digits(rng, 6)}-hm-read"
+    document = {
+        "o": _digits(rng, 6),
+        "n": name,
+        "k": chars(rng, ALNUM, 24),
+        "m": {"r": "prod-us-east-0"},
+    }
+    return "glc_" + _b64(json.dumps(document, separators=(",", ":")).encode())
+
+
 def _grafana(rng: random.Random) -> str:
     kind = rng.randrange(3)
     if kind == 0:
-        head = "glsa_" + chars(rng, ALNUM, 32)
-        return head + "_" + zlib.crc32(head.encode()).to_bytes(4, "little").hex()
+        return _glsa(rng)
     if kind == 1:
-        name = f"stack-{_digits(rng, 6)}-hm-read"
-        document = {
-            "o": _digits(rng, 6),
-            "n": name,
-            "k": chars(rng, ALNUM, 24),
-            "m": {"r": "prod-us-east-0"},
-        }
-        return "glc_" + _b64(json.dumps(document, separators=(",", ":")).encode())
+        return _grafana_cloud(rng)
     legacy: dict[str, object] = {
         "k": chars(rng, ALNUM, 32),
         "n": f"svc-{_digits(rng, 3)}",
@@ -267,6 +333,10 @@ def _grafana(rng: random.Random) -> str:
 def _sentry(rng: random.Random) -> str:
     if rng.random() < 0.5:
         return "sntryu_" + chars(rng, HEX, 64)
+    return _sentry_org(rng)
+
+
+def _sentry_org(rng: random.Random) -> str:
     document = {
         "iat": rng.randrange(10**9, 2 * 10**9),
         "url": "https://sentry.io",
@@ -277,10 +347,18 @@ def _sentry(rng: random.Random) -> str:
     return f"sntrys_{payload}_{chars(rng, B64, 43)}"
 
 
+def _onepassword_secret_key(rng: random.Random) -> str:
+    groups = [chars(rng, UPPER_ALNUM, n) for n in (6, 6, 5, 5, 5, 5)]
+    return "A3-" + "-".join(groups)
+
+
 def _onepassword(rng: random.Random) -> str:
     if rng.random() < 0.5:
-        groups = [chars(rng, UPPER_ALNUM, n) for n in (6, 6, 5, 5, 5, 5)]
-        return "A3-" + "-".join(groups)
+        return _onepassword_secret_key(rng)
+    return _onepassword_service_account(rng)
+
+
+def _onepassword_service_account(rng: random.Random) -> str:
     document = {
         "signInAddress": "my.1password.com",
         "email": f"{chars(rng, LOWER, 12)}@1passwordserviceaccounts.com",
@@ -483,17 +561,10 @@ PROVIDER_GENERATORS: dict[str, Generator] = {
 
 
 # --- look-alikes -----------------------------------------------------------------------
-def _mutate(token: str, start: int, end: int, alphabet: str, rng: random.Random) -> str:
-    """``token`` with one character in ``[start, end)`` replaced by another of ``alphabet``."""
-    index = rng.randrange(start, end)
-    replacement = rng.choice([c for c in alphabet if c != token[index]])
-    return token[:index] + replacement + token[index + 1 :]
-
-
-def _bad_checksum(generate: Generator, alphabet: str, body_start: int, tail: int) -> Generator:
-    return lambda rng: _mutate(generate(rng), body_start, body_start + tail, alphabet, rng)
-
-
+# A token that fails its checksum, or is a character short or long, is no look-alike: it
+# is one character from a working one, and redacted (see SHAPES below). These are what a
+# token is not: a placeholder, the prefix in prose, a fragment far shorter than any token,
+# a public value of the same provider.
 def _prose(*sentences: str) -> Generator:
     return lambda rng: rng.choice(sentences)
 
@@ -510,50 +581,56 @@ def _short(generate: Generator, by: int = 2) -> Generator:
     return lambda rng: generate(rng)[:-by]
 
 
-def _gitlab_look_alike(rng: random.Random) -> str:
-    token = _gitlab(rng)
-    while ".01." not in token:
-        token = _gitlab(rng)
-    return _mutate(token, len(token) - 7, len(token), DIGITS + LOWER, rng)  # bad CRC
+def _age_recipient(rng: random.Random) -> str:
+    """An age public key (age1...): shared freely, unlike the AGE-SECRET-KEY-1 it pairs with."""
+    alphabet = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
+    bits = int.from_bytes(rng.randbytes(32), "big") << 4
+    data = [(bits >> 5 * (51 - i)) & 31 for i in range(52)]
+    return "age1" + "".join(alphabet[v] for v in data + _bech32_checksum("age", data))
 
 
-def _glsa(rng: random.Random) -> str:
-    head = "glsa_" + chars(rng, ALNUM, 32)
-    return head + "_" + zlib.crc32(head.encode()).to_bytes(4, "little").hex()
-
-
-def _classic_github(rng: random.Random) -> str:
-    body = chars(rng, ALNUM, 30)
-    return "ghp_" + body + crc_base62(body)
+def _mapbox_public(rng: random.Random) -> str:
+    payload = _json_b64({"u": chars(rng, LOWER, 8), "a": chars(rng, ALNUM, 25)})
+    return f"pk.{payload}.{chars(rng, B64URL, 22)}"  # a public token, shipped in web pages
 
 
 PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     "github_token": _one_of(
-        _bad_checksum(_classic_github, ALNUM, 4, 36),
-        _prose("Create a ghp_ token in settings.", "tokens start with ghp_ or github_pat_"),
+        _placeholder("ghp_", 36),
+        _prose(
+            "Create a ghp_ token in settings.",
+            "tokens start with ghp_ or github_pat_",
+            "read ghs_installation_token from the environment",
+        ),
         _placeholder("github_pat_", 82),
+        _short(_github_classic, 18),
     ),
     "gitlab_token": _one_of(
-        _gitlab_look_alike,
         _placeholder("glpat-", 20),
         _prose("Paste your glpat token here.", "GitLab PATs look like glpat-<20 chars>."),
+        _short(_gitlab_runner, 12),
     ),
-    "atlassian_token": _bad_checksum(_atlassian, UPPER_ALNUM, 12, 16),
+    "atlassian_token": _one_of(
+        _placeholder("ATATT3xFfGF0", 180),
+        _placeholder("ATBB", 32, "X"),
+        _prose("Bitbucket app passwords start with ATBB, Jira tokens with ATATT3xFfG"),
+    ),
     "npm_token": _one_of(
-        _bad_checksum(_npm, ALNUM, 4, 36), _prose("set NPM_TOKEN to an npm_ token")
+        _placeholder("npm_", 36),
+        _prose("set NPM_TOKEN to an npm_ token", "npm_config_cache=/tmp/npm-cache"),
     ),
     "pypi_token": _one_of(
         _placeholder("pypi-AgEIcHlwaS5vcmc", 60),
         _prose("pypi- tokens start with pypi-AgEIcHlwaS5vcmc"),
     ),
     "rubygems_token": _one_of(
-        _placeholder("rubygems_", 48, "0"), _short(PROVIDER_GENERATORS["rubygems_token"])
+        _placeholder("rubygems_", 48, "0"), _short(PROVIDER_GENERATORS["rubygems_token"], 24)
     ),
     "docker_hub_token": _one_of(
-        _short(_fixed("dckr_pat_", ALNUM, 27), 3), _placeholder("dckr_pat_", 27)
+        _short(_fixed("dckr_pat_", ALNUM, 27), 12), _placeholder("dckr_pat_", 27)
     ),
     "circleci_token": _placeholder("CCIPAT_xxxxxxxxxxxxxxxxxxxxxx_", 40, "0"),
-    "buildkite_token": _short(PROVIDER_GENERATORS["buildkite_token"]),
+    "buildkite_token": _short(PROVIDER_GENERATORS["buildkite_token"], 20),
     "artifactory_token": _one_of(
         _placeholder("AKCp", 69), lambda rng: _b64(b"reftkx:01:" + rng.randbytes(38))
     ),
@@ -593,7 +670,7 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
         {"type": "service_account", "private_key_id": chars(rng, HEX, 12)}
     ),
     "google_oauth_secret": _one_of(
-        _short(_fixed("GOCSPX-", ALNUM, 28), 4), _placeholder("GOCSPX-", 28)
+        _short(_fixed("GOCSPX-", ALNUM, 28), 14), _placeholder("GOCSPX-", 28)
     ),
     "google_oauth_token": _prose("an access token (ya29.xxx) from gcloud", "ya29.a0AfH6SM"),
     "alibaba_key": _one_of(_placeholder("LTAI", 20), _prose("LTAI keys are AccessKey IDs")),
@@ -624,12 +701,20 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
         lambda rng: "ops_eyJ" + "x" * 200,
         lambda rng: "A3-" + "-".join("X" * n for n in (6, 6, 5, 5, 5, 5)),
     ),
-    "age_secret_key": _bad_checksum(_age_key, "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L", 16, 58),
+    "age_secret_key": _one_of(
+        _age_recipient,
+        _placeholder("AGE-SECRET-KEY-1", 58, "X"),
+        _prose("age identities start with AGE-SECRET-KEY-1 and recipients with age1"),
+    ),
     "datadog_key": _one_of(
         lambda rng: chars(rng, HEX, 32),  # bare: no keyword
         lambda rng: "DD_APP_KEY=" + "0" * 40,
     ),
-    "grafana_token": _one_of(_bad_checksum(_glsa, ALNUM, 5, 32), _placeholder("glc_eyJ", 60)),
+    "grafana_token": _one_of(
+        _placeholder("glsa_", 41),
+        _placeholder("glc_eyJ", 60),
+        _prose("service account tokens (glsa_...) replace API keys"),
+    ),
     "newrelic_key": _one_of(_placeholder("NRAK-", 27, "X"), lambda rng: "0" * 32 + "FFFFNRAL"),
     "sentry_token": _one_of(
         _placeholder("sntryu_", 64, "0"), lambda rng: "sntrys_eyJ" + "x" * 60 + "_" + "y" * 43
@@ -649,7 +734,7 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     "postman_key": lambda rng: f"PMAK-{'0' * 24}-{'0' * 34}",
     "hubspot_token": _prose("pat-na1-00000000-0000-0000-0000-000000000000"),
     "contentful_token": _placeholder("CFPAT-", 43),
-    "mapbox_token": lambda rng: "sk.eyJ" + chars(rng, ALNUM, 40) + "." + chars(rng, ALNUM, 22),
+    "mapbox_token": _one_of(_mapbox_public, lambda rng: "sk.eyJ" + "x" * 40 + "." + "x" * 22),
     "adafruit_key": _placeholder("aio_", 28),
     "sendgrid_key": _one_of(
         _prose("SG.xxxxxxxxxxxxxxxxxxxxxx.xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
@@ -679,7 +764,7 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
         lambda rng: "hf_" + chars(rng, LOWER, 34),
     ),
     "replicate_token": _placeholder("r8_", 37),
-    "groq_key": lambda rng: "gsk_" + chars(rng, ALNUM, 52),  # no WGdyb3FY marker
+    "groq_key": _one_of(_placeholder("gsk_", 52), _prose("GROQ_API_KEY holds a gsk_ key")),
     "perplexity_key": _placeholder("pplx-", 48),
     "xai_key": _one_of(_placeholder("xai-", 80), _prose("the xai-sdk package")),
     "mistral_key": _one_of(lambda rng: chars(rng, ALNUM, 32), lambda rng: "mistral: " + "a" * 32),
@@ -730,3 +815,161 @@ def secret_part(name: str, credential: str) -> str:
         return credential[4:]
     keyed = _KEYED.search(credential) if name in _KEYED_NAMES else None
     return keyed.group(1) if keyed is not None else credential
+
+
+# --- shapes: prefix-distinctive formats, valid and damaged --------------------------------
+class Shape(NamedTuple):
+    """A format whose prefix (or host, for a webhook URL) alone marks a credential: a token
+    of it is redacted by shape, valid or not."""
+
+    detector: str
+    variant: str
+    generate: Generator
+    check: str = ""
+    """The format's own check (the detector's ``verify``): "checksum" (it ends in one, so a
+    typo in its last character, or a character more or less, fails it), "payload" (a part
+    that decodes: JSON, base64, a marker), or "" (none)."""
+
+
+def _anthropic(rng: random.Random) -> str:
+    return "sk-ant-api03-" + chars(rng, ALNUM, 1) + chars(rng, B64URL, 92) + "AA"
+
+
+def _shapes(detector: str, *variants: tuple[str, Generator, str]) -> list[Shape]:
+    return [Shape(detector, variant, generate, check) for variant, generate, check in variants]
+
+
+def _plain(*detectors: str) -> list[Shape]:
+    return [Shape(name, "token", PROVIDER_GENERATORS[name]) for name in detectors]
+
+
+# Detectors whose generator makes only prefix-distinctive tokens, none with a check.
+_UNCHECKED = (
+    "pypi_token", "rubygems_token", "docker_hub_token", "circleci_token",
+    "buildkite_token", "slack_token", "slack_webhook_url", "discord_webhook_url",
+    "teams_webhook_url", "google_oauth_secret", "google_oauth_token", "alibaba_key",
+    "tencent_key", "digitalocean_token", "flyio_token", "supabase_token",
+    "planetscale_token", "databricks_token", "doppler_token", "pulumi_token",
+    "vault_token", "terraform_token", "dynatrace_token", "posthog_key", "linear_key",
+    "figma_token", "postman_key", "hubspot_token", "contentful_token", "adafruit_key",
+    "sendgrid_key", "brevo_key", "shopify_token", "facebook_token", "square_token",
+    "braintree_token", "stripe_webhook_secret", "huggingface_token", "replicate_token",
+    "perplexity_key", "xai_key", "langsmith_key", "pinecone_key", "tavily_key",
+    "together_key", "nvidia_key", "elevenlabs_key",
+)  # fmt: skip
+
+
+SHAPES: tuple[Shape, ...] = (
+    *_shapes(
+        "github_token",
+        ("classic", _github_classic, "checksum"),
+        ("fine_grained", _github_fine_grained, ""),
+        ("stateless", _github_stateless, "payload"),
+    ),
+    *_shapes(
+        "gitlab_token",
+        ("routable", _gitlab_routable, "checksum"),
+        ("prefixed", _gitlab_prefixed, ""),
+        ("runner", _gitlab_runner, ""),
+    ),
+    *_shapes(
+        "atlassian_token",
+        ("api_token", _atlassian_api_token, "checksum"),
+        ("app_password", _atlassian_app_password, "checksum"),
+    ),
+    Shape("npm_token", "token", _npm, "checksum"),
+    *_shapes(
+        "artifactory_token",
+        ("api_key", _fixed("AKCp", ALNUM, 69), ""),
+        ("reference", _artifactory_reference, "payload"),
+    ),
+    *_shapes(
+        "cloudflare_token",
+        ("scannable", _cloudflare_scannable, ""),  # its checksum is not published
+        ("origin_ca", _cloudflare_origin_ca, ""),
+    ),
+    Shape("heroku_key", "v2", _fixed("HRKU-AA", B64URL, 58)),
+    Shape("vercel_token", "vcp", _fixed("vcp_", ALNUM, 56)),
+    Shape("netlify_token", "nfp", _fixed("nfp_", ALNUM, 36)),
+    *_shapes(
+        "onepassword_token",
+        ("service_account", _onepassword_service_account, "payload"),
+        ("secret_key", _onepassword_secret_key, ""),
+    ),
+    Shape("age_secret_key", "identity", _age_key, "checksum"),
+    *_shapes(
+        "grafana_token",
+        ("service_account", _glsa, "checksum"),
+        ("cloud", _grafana_cloud, "payload"),
+    ),
+    *_shapes(
+        "newrelic_key",
+        ("user", _fixed("NRAK-", UPPER_ALNUM, 27, UPPER_ALNUM), ""),
+        ("insights", _fixed("NRII-", B64URL, 32), ""),
+    ),
+    *_shapes(
+        "sentry_token",
+        ("user", _fixed("sntryu_", HEX, 64, HEX), ""),
+        ("org", _sentry_org, "payload"),
+    ),
+    Shape("notion_token", "ntn", lambda rng: "ntn_" + _digits(rng, 9) + chars(rng, ALNUM, 37)),
+    Shape("mapbox_token", "secret", PROVIDER_GENERATORS["mapbox_token"], "payload"),
+    Shape("groq_key", "key", PROVIDER_GENERATORS["groq_key"], "payload"),
+    *_plain(*_UNCHECKED),
+    # rules.py's prefixed detectors.
+    Shape("aws_access_key", "key_id", _fixed("AKIA", UPPER + "234567", 16, UPPER + "234567")),
+    Shape("google_api_key", "key", _fixed("AIzaSy", B64URL, 33)),
+    Shape("openai_key", "project", _fixed("sk-proj-", ALNUM, 48)),
+    Shape("anthropic_key", "api", _anthropic),
+    Shape("stripe_key", "live", _fixed("sk_live_", ALNUM, 24)),
+)
+
+# Provider detectors whose shape alone says little (no prefix, a two-letter one, a value
+# after the provider's name, a context): their checks still decide, and they are not in
+# SHAPES. (Cloudflare, Heroku, Vercel and Netlify also take a value after their name; they
+# are in SHAPES by their prefixed tokens.)
+GENERIC_SHAPES = frozenset(
+    {
+        "airtable_token",  # pat<14>.<64 hex>: "pat" is a common word
+        "alibaba_secret", "cohere_key", "datadog_key", "mistral_key", "okta_token",  # keyed
+        "asana_token",  # <n>/<16 digits>:<32>
+        "azure_ad_client_secret", "azure_identifiable_key", "azure_storage_key",
+        "azure_connection_string", "azure_sas_token", "gcp_service_account",  # contexts
+        "discord_bot_token", "telegram_bot_token",  # <base64 id>.<6>.<27>, <id>:AA<33>
+        "mailchimp_key", "mailgun_key",  # <32 hex>-us<n>, key-<32 hex>
+        "twilio_key",  # AC/SK<32 hex>
+    }
+)  # fmt: skip
+
+DAMAGES = ("valid", "mistyped", "cut_short", "one_long")
+
+
+def _alphabet(token: str) -> str:
+    """The letters and digits of the token's end: the alphabet a typo keeps to (that of its
+    checksum, when it ends in one)."""
+    return "".join(sorted({c for c in token[-12:] if c.isalnum()}))
+
+
+def typos(token: str) -> Iterator[str]:
+    """``token`` with one letter or digit replaced by another of its alphabet, from the last
+    one backwards: a trailing checksum fails on the first."""
+    alphabet = _alphabet(token)
+    for index in range(len(token) - 1, -1, -1):
+        if token[index].isalnum():
+            for char in alphabet:
+                if char != token[index]:
+                    yield token[:index] + char + token[index + 1 :]
+
+
+def damaged(token: str, damage: str) -> str:
+    """``token`` as ``damage`` (one of ``DAMAGES``) leaves it."""
+    if damage == "valid":
+        return token
+    if damage == "mistyped":
+        return next(typos(token))
+    if damage == "cut_short":
+        return token[:-1]
+    if damage == "one_long":
+        alphabet = _alphabet(token)
+        return token + alphabet[len(token) % len(alphabet)]
+    raise ValueError(f"no such damage: {damage}")

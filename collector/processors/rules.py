@@ -16,6 +16,7 @@ from functools import lru_cache
 
 __all__ = [
     "DETECTORS",
+    "VERIFIED",
     "Detector",
     "RedactionConfig",
     "is_sensitive_key",
@@ -169,6 +170,16 @@ class Detector:
     canonical: Callable[[str], str] | None = None
     """The form the pseudonym is keyed on, where the kind has one (a card's digits, an
     address in lower case), so every written form of one secret gets one pseudonym."""
+    verify: Callable[[str], bool] | None = None
+    """For a format that carries its own check (a checksum, a payload that decodes): whether
+    an accepted secret passes it. A pass raises the finding's confidence (its ``Redactions``
+    entry names the rule with ``VERIFIED`` appended; the pseudonym is the same); a failure
+    never keeps a secret from being replaced: a token mistyped or cut short by a character
+    is one character away from a working one."""
+
+
+VERIFIED = "+verified"
+"""Appended to a rule in a ``Redactions`` entry when the secret passed its ``verify``."""
 
 
 # Character classes never include NUL: spans are scanned as NUL-joined segments, and no
@@ -231,11 +242,12 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
     Detector("openai_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
-    Detector("aws_access_key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    # Key ids are 20 characters; one a character short or long is still one.
+    Detector("aws_access_key", r"\b(?:AKIA|ASIA)[0-9A-Z]{15,17}\b"),
     Detector("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
     Detector("slack_token", r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
     Detector("stripe_key", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
-    Detector("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}"),
+    Detector("google_api_key", r"\bAIza[0-9A-Za-z_-]{33,39}"),  # 39 characters, give or take
     Detector("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     # Whitespace may arrive JSON-escaped (\n, \t) inside a raw JSON string.
     Detector(

@@ -54,6 +54,17 @@ def test_generated_numbers_carry_valid_checksums() -> None:
         assert _github_checksum_valid(token)
 
 
+@pytest.mark.parametrize("damage", ["mistyped", "cut_short", "one_long"])
+def test_damaged_github_tokens_keep_the_shape_and_fail_the_checksum(damage: str) -> None:
+    """What the matrix plants as a damaged token is one: the prefix and alphabet of a
+    GitHub token, a character more, less or different, and a checksum that fails."""
+    generate = all_kinds()[f"provider.github_token.classic.{damage}"].generate
+    for seed in range(50):
+        token = generate(random.Random(seed)).text
+        assert re.fullmatch(r"gh[pousr]_[A-Za-z0-9]{35,37}", token), token
+        assert not _github_checksum_valid(token), token
+
+
 @pytest.mark.parametrize("kind", sorted(all_kinds()))
 def test_each_kind_is_fresh_and_seen_by_the_scanner(kind: str) -> None:
     generate = all_kinds()[kind].generate

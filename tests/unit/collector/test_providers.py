@@ -1,5 +1,8 @@
 """Provider detectors: every generated credential is found wherever it sits in text, every
-near miss stays, and the redactor (with these detectors added) never stores one."""
+near miss stays, and the redactor (with these detectors added) never stores one. A token
+whose prefix alone marks it is found by its shape: mistyped (its checksum failing), cut
+short or one character long, it is replaced all the same, and its format's check only
+tells a valid one apart."""
 
 from __future__ import annotations
 
@@ -23,18 +26,25 @@ from collector.processors.providers import (
     looks_random,
 )
 from collector.processors.redact import Redactor
-from collector.processors.rules import DETECTORS, Detector, RedactionConfig
+from collector.processors.rules import DETECTORS, VERIFIED, Detector, RedactionConfig
 from tests.records import span_record
+from tests.secret_corpus import LeakScanner, Secret
 from tests.secretgen import (
     ALNUM,
     B64URL,
+    DAMAGES,
     DIGITS,
+    GENERIC_SHAPES,
     HEX,
     LOWER,
     PROVIDER_GENERATORS,
     PROVIDER_LOOK_ALIKES,
+    SHAPES,
+    Shape,
     chars,
+    damaged,
     secret_part,
+    typos,
 )
 
 # The alternation as the redactor builds it, with the rules this module replaces dropped
@@ -48,6 +58,8 @@ _OPTIONS.max_mem = 256 << 20  # as redact.py: the DFA outgrows RE2's 8 MiB defau
 TEXT_PATTERN = re2.compile("|".join(f"(?P<{d.name}>{d.pattern})" for d in ALL), _OPTIONS)
 PATTERN = re2.compile(TEXT_PATTERN.pattern.encode(), _OPTIONS)  # on UTF-8, as redact.py
 ACCEPT = {d.name: d.accept for d in ALL}
+VERIFY = {d.name: d.verify for d in ALL if d.verify is not None}
+CONTEXT_RULES = {d.name for d in ALL if f"(?P<{d.name}__value" in d.pattern}
 GROUPS: dict[str, int] = TEXT_PATTERN.groupindex
 RULE_OF_GROUP = {i: n for n, i in GROUPS.items() if "__value" not in n}
 VALUE_GROUPS = {
@@ -130,7 +142,7 @@ def test_no_character_class_admits_nul() -> None:
 
 def test_the_redactors_own_combination_compiles() -> None:
     redactor = _redactor()
-    assert set(NAMES) <= set(redactor._pattern.groupindex)
+    assert set(NAMES) <= set(redactor._full.text.groupindex)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -172,6 +184,82 @@ def test_any_seed_gives_a_credential_that_is_found(name: str, seed: int) -> None
 def test_any_seed_gives_a_look_alike_that_stays(name: str, seed: int) -> None:
     text = PROVIDER_LOOK_ALIKES[name](random.Random(seed))
     assert [hit for hit in findings(f"x {text} y") if hit[0] in NAMES] == []
+
+
+# --- by shape: valid, mistyped, cut short, one long -----------------------------------------
+def _shape_id(shape: Shape) -> str:
+    return f"{shape.detector}.{shape.variant}"
+
+
+def _tokens(shape: Shape, damage: str) -> list[str]:
+    return [
+        damaged(shape.generate(random.Random(f"{_shape_id(shape)}:{seed}")), damage)
+        for seed in SEEDS
+    ]
+
+
+def test_each_provider_is_matched_by_shape_or_named_generic_and_each_check_tested() -> None:
+    """A provider detector is in the shape matrix or named generic (a new one must say
+    which); a detector with a ``verify`` has a shape that exercises it, and the reverse."""
+    shaped = {shape.detector for shape in SHAPES}
+    assert shaped <= {d.name for d in ALL}
+    assert set(NAMES) == (shaped & set(NAMES)) | GENERIC_SHAPES, set(NAMES) ^ (
+        (shaped & set(NAMES)) | GENERIC_SHAPES
+    )
+    assert not shaped & GENERIC_SHAPES
+    checked = {shape.detector for shape in SHAPES if shape.check}
+    assert checked == set(VERIFY), checked ^ set(VERIFY)
+    assert len({_shape_id(shape) for shape in SHAPES}) == len(SHAPES)
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
+def test_a_prefixed_token_is_found_by_its_shape(shape: Shape, damage: str) -> None:
+    for token in _tokens(shape, damage):
+        part = secret_part(shape.detector, token)
+        for text in contexts(token):
+            hits = findings(text)
+            assert any(rule == shape.detector and part in value for rule, value in hits), (
+                text,
+                hits,
+            )
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+@pytest.mark.parametrize("shape", SHAPES, ids=_shape_id)
+def test_the_redactor_replaces_a_prefixed_token_whatever_its_checksum(
+    redactor: Redactor, shape: Shape, damage: str
+) -> None:
+    for token in _tokens(shape, damage):
+        record = _span(f"before {token} after", json.dumps({"content": token}))
+        redactor([record])
+        stored = record.span_attributes["note"] + record.output
+        part = secret_part(shape.detector, token)
+        assert token not in stored, stored
+        # Nor any 12-character piece of it (a checksum left behind, a tail not taken).
+        assert not LeakScanner({shape.detector: Secret(token, (part,))}).scan(stored), stored
+        # Labelled with its kind; a secret found by its context (a webhook's host) as such.
+        label = "secret" if shape.detector in CONTEXT_RULES else shape.detector
+        assert f"<{label}:" in stored, stored
+        fired = {entry.rsplit(":", 1)[1].removesuffix(VERIFIED) for entry in record.redactions}
+        assert shape.detector in fired, record.redactions
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s.check], ids=_shape_id)
+def test_the_format_check_tells_a_valid_token_from_a_typo(shape: Shape) -> None:
+    """``verify`` passes the valid token and fails a one-character typo, which is still
+    replaced: the check raises the confidence, it never decides."""
+    verify = VERIFY[shape.detector]
+    for token in _tokens(shape, "valid"):
+        found = [value for rule, value in findings(token) if rule == shape.detector]
+        assert found == [token] and verify(token), (token, found)
+        if shape.check == "checksum":  # in its last character, or one more or less
+            failing = [damaged(token, damage) for damage in DAMAGES[1:]]
+        else:  # somewhere in what decodes
+            failing = [next(typo for typo in typos(token) if not verify(typo))]
+        for typo in failing:
+            assert not verify(typo), typo
+            assert [rule for rule, value in findings(typo) if value == typo] == [shape.detector]
 
 
 @pytest.mark.parametrize(
