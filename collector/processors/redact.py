@@ -47,6 +47,7 @@ from collector.processors import prefilter
 from collector.processors.providers import PROVIDER_DETECTORS, REPLACED_RULES
 from collector.processors.rules import (
     DETECTORS,
+    VERIFIED,
     Detector,
     RedactionConfig,
     is_sensitive_key,
@@ -157,6 +158,7 @@ class Redactor:
         self._accept: dict[str, Callable[[str], str | None] | None] = {
             d.name: d.accept for d in detectors
         }
+        self._verify = {d.name: d.verify for d in detectors if d.verify is not None}
         self._canonical: dict[str, Callable[[str], str]] = {
             d.name: d.canonical for d in detectors if d.canonical is not None
         }
@@ -361,7 +363,7 @@ class Redactor:
         if _IS_PSEUDONYM(value):
             return value
         rule, secret = self._known_secret("sensitive_key", value)
-        self._count(fired, f"{where}:{rule}", rule)
+        self._count(fired, f"{where}:{rule}{self._confidence(rule, secret)}", rule)
         return self.pseudonym(rule, secret)
 
     def _known_secret(self, rule: str, value: str) -> tuple[str, str]:
@@ -703,7 +705,7 @@ class Redactor:
             pseudonym = self.pseudonym(label, value)
             pieces.append((f'"{pseudonym}"' if quote else pseudonym).encode())
             cursor = end
-            self._count(fired, f"{where}:{rule}", rule)
+            self._count(fired, f"{where}:{rule}{self._confidence(label, value)}", rule)
         if not pieces:
             return text
         pieces.append(data[cursor:])
@@ -729,6 +731,12 @@ class Redactor:
         for rule in rules:
             self._count(fired, f"{where}:base64({rule})", rule)
         return self.pseudonym("base64_blob", blob.decode("ascii"))
+
+    def _confidence(self, rule: str, secret: str) -> str:
+        """``VERIFIED`` when the secret passes its format's check (a checksum that holds):
+        found by its shape it is replaced either way; the check only says it is well-formed."""
+        verify = self._verify.get(rule)
+        return VERIFIED if verify is not None and verify(secret) else ""
 
     def _count(self, fired: list[str], entry: str, rule: str) -> None:
         # A path may name a JSON key that held an escaped lone surrogate: escaped again.

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from collector.processors.rules import VERIFIED
 from tests.integration.conftest import Running, start_collector
 from tests.unit.collector.test_redact import SECRET_CORES, SECRETS
 
@@ -207,9 +208,11 @@ def test_no_planted_secret_reaches_disk_the_store_or_the_logs(
     assert "A-1001" in stored, "ordinary content is kept"
 
     fired = {entry for span in body["spans"] for entry in span["redactions"]}
-    rules = {entry.rsplit(":", 1)[1] for entry in fired}
+    # A token whose format's check holds is marked so (github_token+verified).
+    rules = {entry.rsplit(":", 1)[1].removesuffix(VERIFIED) for entry in fired}
     expected = {r for r in SECRETS if r != "phone_nanp"} | {"sensitive_key"}
     assert expected <= rules, "every planted kind of secret is accounted for"
+    assert any(entry.endswith(":github_token" + VERIFIED) for entry in fired), fired
     assert "attr.gen_ai.tool.call.arguments$.payment.iban:iban" in fired
     assert "attr.gen_ai.tool.call.arguments$.auth:sensitive_key" in fired, (
         "the whole object under a sensitive key"

@@ -262,6 +262,22 @@ def test_the_format_check_tells_a_valid_token_from_a_typo(shape: Shape) -> None:
             assert [rule for rule, value in findings(typo) if value == typo] == [shape.detector]
 
 
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s.check == "checksum"], ids=_shape_id)
+def test_the_manifest_says_which_tokens_passed_their_check(
+    redactor: Redactor, shape: Shape
+) -> None:
+    """A valid token's Redactions entry carries VERIFIED; a mistyped one is replaced all the
+    same, under the same pseudonym scheme, without it."""
+    for token in _tokens(shape, "valid"):
+        for candidate, verified in ((token, True), (damaged(token, DAMAGES[1]), False)):
+            record = _span(f"before {candidate} after", json.dumps({"content": candidate}))
+            redactor([record])
+            assert candidate not in record.span_attributes["note"] + record.output
+            entries = [e for e in record.redactions if shape.detector in e.rsplit(":", 1)[1]]
+            assert entries, record.redactions
+            assert all(e.endswith(VERIFIED) is verified for e in entries), (candidate, entries)
+
+
 @pytest.mark.parametrize(
     "text",
     [
