@@ -11,6 +11,7 @@ from bench import (
     eval_bench,
     exporter_bench,
     read_bench,
+    storage_bench,
     testbed_bench,
     worker_bench,
 )
@@ -22,6 +23,7 @@ BENCHES: dict[str, Callable[[], object]] = {
     "eval": eval_bench.main,
     "read": read_bench.main,
     "dashboards": dashboard_bench.main,
+    "storage": storage_bench.main,
     "testbed": testbed_bench.main,
 }
 
