@@ -367,30 +367,8 @@ def run_collector(
     """``afr up`` from this checkout, or from ``source`` (another version's tree), fed
     ``requests`` at saturation (and at half that rate when asked)."""
     spans_total = len(requests) * TRACES_PER_REQUEST * 9
-    data_dir = Path(tempfile.mkdtemp(prefix="afr-bench-"))
-    key = KeyStore(data_dir / "keys.sqlite").create("bench")
-    grpc_port, http_port = _ports()
-    env = {**os.environ, "AFR_DATA_DIR": str(data_dir), **env_extra}
-    if source is not None:
-        env["PYTHONPATH"] = str(source)
-    command = [
-        sys.executable, "-m", "afr.cli", "up", "--no-worker",
-        "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        command,
-        env=env,
-        cwd=source,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
     figures: dict[str, float] = {}
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith("  read API"):
-                break
+    with _collector(env_extra, source) as (process, key, grpc_port, http_port):
         warm = make_requests(4, seed=99)
         asyncio.run(_send(warm, grpc_port, key, None))
         warm_rows = 4 * TRACES_PER_REQUEST * 9
@@ -425,12 +403,6 @@ def run_collector(
         figures["workers_peak_rss_mib"] = sum(
             _peak_rss_mib(child) for child in _children(process.pid)
         )
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(60)
-        if process.stdout is not None:
-            process.stdout.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
     return figures
 
 
@@ -460,26 +432,8 @@ def run_stability(seconds: float, window_s: float = 30.0) -> list[float]:
     """Acknowledged spans/s of each window of a long run on the realistic corpus (a pool of
     distinct requests sent over and over; fresh content until the pool wraps)."""
     pool = make_requests(120, seed=77, secret_every_bytes=REALISTIC_SECRET_EVERY_BYTES)
-    data_dir = Path(tempfile.mkdtemp(prefix="afr-bench-stable-"))
-    key = KeyStore(data_dir / "keys.sqlite").create("bench")
-    grpc_port, http_port = _ports()
-    command = [
-        sys.executable, "-m", "afr.cli", "up", "--no-worker",
-        "--grpc-port", str(grpc_port), "--http-port", str(http_port),
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        command,
-        env={**os.environ, "AFR_DATA_DIR": str(data_dir)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
     windows: list[float] = []
-    try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith("  read API"):
-                break
+    with _collector({}) as (_, key, grpc_port, _http_port):
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
             window_began, sent = time.perf_counter(), 0
@@ -488,13 +442,40 @@ def run_stability(seconds: float, window_s: float = 30.0) -> list[float]:
                 pool = pool[24:] + pool[:24]
                 sent += 24 * TRACES_PER_REQUEST * 9
             windows.append(sent / (time.perf_counter() - window_began))
+    return windows
+
+
+@contextlib.contextmanager
+def _collector(
+    env_extra: dict[str, str], source: Path | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str, int, int]]:
+    """``afr up`` on a fresh data directory, from this checkout or from ``source`` (another
+    version's tree), serving: (process, an API key, gRPC port, HTTP port); stopped after."""
+    data_dir = Path(tempfile.mkdtemp(prefix="afr-bench-"))
+    key = KeyStore(data_dir / "keys.sqlite").create("bench")
+    grpc_port, http_port = _ports()
+    env = {**os.environ, "AFR_DATA_DIR": str(data_dir), **env_extra}
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    command = [
+        sys.executable, "-m", "afr.cli", "up", "--no-worker",
+        "--grpc-port", str(grpc_port), "--http-port", str(http_port),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, env=env, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("  read API"):
+                break
+        yield process, key, grpc_port, http_port
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
         if process.stdout is not None:
             process.stdout.close()
         shutil.rmtree(data_dir, ignore_errors=True)
-    return windows
 
 
 @contextlib.contextmanager
