@@ -228,7 +228,6 @@ class Redactor:
             )
         self._subsets: dict[frozenset[int], _Matcher] = {}
         self._scan_bytes = re2.compile(self._scan.pattern.encode(), options)
-        self._pattern = self._full.text  # every detector, over str
         # Recent cost per byte of selecting segments: RE2, Hyperscan.
         self._recent = [[0.0] * 9, [0.0] * 9]
         self._ns_per_byte = [0.0, 0.0]
@@ -491,13 +490,18 @@ class Redactor:
             return self._prefilter.first_end(data) >= 0
         return self._scan.search(view) is not None
 
+    def _every_detector(self, data: bytes) -> _Matcher:
+        """The matcher of all detectors; the providers only when their loosened form is in
+        ``data`` (without it, none of them can match)."""
+        return self._full if self._provider_hint.search(data) else self._base
+
     def _matcher_for(self, data: bytes) -> _Matcher | None:
         """The exact matcher for ``data`` (UTF-8): only the detectors the prefilter finds in
         it (None: none can match), or without a prefilter all of them (the providers only
         when their loosened form is there)."""
         finder = self._prefilter
         if finder is None or not finder.covers(data):
-            return self._full if self._provider_hint.search(data) else self._base
+            return self._every_detector(data)
         found = finder.ids(data)
         # Ids 0 (pseudonyms) to len(detectors) + 1 (base64 runs); the scan's own above.
         chosen = frozenset(i for i in found if i <= len(self._detectors) + 1)
@@ -644,9 +648,7 @@ class Redactor:
         except UnicodeEncodeError:  # a lone surrogate: matched as the bytes Python keeps
             data = text.encode("utf-8", "surrogatepass")
             view = _escape_view_bytes(data)
-            matcher: _Matcher | None = (
-                self._full if self._provider_hint.search(view) else self._base
-            )
+            matcher: _Matcher | None = self._every_detector(view)
         else:
             view = _escape_view_bytes(data)
             matcher = self._matcher_for(view)
