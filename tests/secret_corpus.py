@@ -412,6 +412,27 @@ def gen_password_multiword(rng: random.Random) -> Secret:
     return _with_parts(f"{key}{separator}{value}", value, value.split(" ", 1)[1])
 
 
+def gen_password_quoted(rng: random.Random) -> Secret:
+    """A quoted value after its key, as shells, .env files and configs print it: inside a
+    JSON string (a tool's output) its quotes arrive escaped."""
+    key = rng.choice(["password", "DB_PASSWORD", "api_key", "client_secret", "passphrase"])
+    separator = rng.choice(["=", ": ", " = "])
+    value = _words(rng, 3)
+    return _with_parts(f'{key}{separator}"{value}"', value, value.split(" ", 1)[1])
+
+
+def gen_token_quoted(rng: random.Random) -> Secret:
+    key = rng.choice(["access_token", "refresh_token", "sessionid", "auth_token"])
+    value = _rand(rng, _ALNUM, 32)
+    return _with_parts(f'{key}{rng.choice(["=", ": "])}"{value}"', value)
+
+
+def gen_authorization_quoted(rng: random.Random) -> Secret:
+    value = _rand(rng, _ALNUM, 40)
+    scheme = rng.choice(["Basic ", "Token ", ""])
+    return _with_parts(f'Authorization: "{scheme}{value}"', value)
+
+
 def gen_url_encoded_password(rng: random.Random) -> Secret:
     password = f"{_word(rng)} {_word(rng)}={_word(rng)}"
     encoded = quote(password, safe="")
@@ -505,6 +526,9 @@ CORE_KINDS: dict[str, Kind] = {
         Kind("url_credentials", gen_url_credentials),
         Kind("cookie_header", gen_cookie_header),
         Kind("password_multiword", gen_password_multiword),
+        Kind("password_quoted", gen_password_quoted),
+        Kind("token_quoted", gen_token_quoted),
+        Kind("authorization_quoted", gen_authorization_quoted),
         Kind("url_encoded_password", gen_url_encoded_password),
         Kind("url_encoded_email", gen_url_encoded_email),
         Kind("url_encoded_url_credentials", gen_url_encoded_url_credentials),

@@ -103,6 +103,10 @@ _MAX_DECODE_DEPTH = 2  # base64 in base64, percent-encoding in base64: and no fu
 # value gets too — unless the whole value is itself a secret some value detector knows (a
 # GitHub token after "token="), which then labels and keys it. One secret, one pseudonym.
 _CONTEXT_RULES = frozenset({"sensitive_key"})
+# Rules whose match starts at a key's name ("db_password=…", "Authorization: …").
+_KEYED_RULES = frozenset(
+    {"key_value_secret", "key_value_token", "authorization_header", "cookie_header"}
+)
 _SCAN, _SECRET, _ALLOWED = range(3)  # how a map key's value is treated
 # (label prefix, owner, key or attribute name, text): owner[key] = redacted, or setattr on a
 # span. The provenance label is only built for a segment that is processed.
@@ -174,6 +178,8 @@ class Redactor:
         }
         self._full = _matcher(detectors, options)
         self._base = _matcher([d for d in detectors if d.name not in providers], options)
+        keyed = [d for d in detectors if d.name in _KEYED_RULES]
+        self._keyed = _matcher(keyed, options) if keyed else None
         hint = (
             "|".join(_loosened(d.pattern) for d in detectors if d.name in providers) or r"[^\s\S]"
         )
@@ -660,58 +666,103 @@ class Redactor:
             # lastindex is the rule's own group (it closes after any inner value group);
             # the wrapper's lastgroup recomputes the group table on every call.
             rule = matcher.rule_of_group.get(match.lastindex or 0)
-            if rule is None or rule == "pseudonym":
-                continue
-            start, end = match.span()
-            if rule == "base64_blob":
-                replacement = self._blob(data[start:end], where, fired)
-                if replacement is None:
-                    continue
-                pieces += (data[cursor:start], replacement.encode())
-                cursor = end
-                continue
-            quote = False
-            for group_index, group_kind in matcher.value_groups.get(rule, ()):
-                if match.span(group_index)[0] >= 0:
-                    value_start, end = match.span(group_index)
-                    if group_kind == "block":
-                        end = _block_end(data, start, value_start, end)
-                    # An unquoted value (key=value text, or a JSON number/literal).
-                    quote = group_kind == "free"
-                    start = value_start
-                    break
-            value = data[start:end].decode("utf-8", "surrogatepass")
-            if quote:
-                if value in ("null", "true", "false"):
-                    continue  # nothing secret, and JSON must stay JSON
-                trimmed = value_in_text(value)
-                if trimmed is None:
-                    continue
-                end = start + len(trimmed.encode())
-                value = trimmed
-                quote = _NUMBER.fullmatch(value) is not None
-            if value in self.config.allow_values:
-                continue
-            accept = self._accept.get(rule)
-            if accept is not None:
-                accepted = accept(value)
-                if accepted is None:
-                    continue
-                if accepted != value:  # a secret inside the match (it is always a prefix)
-                    end = start + len(accepted.encode())
-                    value = accepted
-            label = rule
-            if rule in self._context_rules:
-                label, value = self._known_secret(rule, value)
-            pieces.append(data[cursor:start])
-            pseudonym = self.pseudonym(label, value)
-            pieces.append((f'"{pseudonym}"' if quote else pseudonym).encode())
-            cursor = end
-            self._count(fired, f"{where}:{rule}{self._confidence(label, value)}", rule)
+            if rule is None or rule == "pseudonym" or match.start() < cursor:
+                continue  # (before the cursor: inside the value of a key replaced below)
+            cursor = self._replace(rule, match, matcher, data, pieces, cursor, where, fired)
+            keyed = self._named_like_credential(rule, view, match, matcher)
+            if keyed is not None:
+                cursor = self._replace(*keyed, data, pieces, cursor, where, fired)
         if not pieces:
             return text
         pieces.append(data[cursor:])
         return b"".join(pieces).decode("utf-8", "surrogatepass")
+
+    def _named_like_credential(
+        self, rule: str, view: bytes, match: Any, matcher: _Matcher
+    ) -> tuple[str, Any, _Matcher] | None:
+        """A key that looks like a credential ("aio_<26 letters>=…", an Adafruit key's shape)
+        hides the rule for its value at the same start (the first alternative wins there):
+        the value is matched by the keyed rules alone, anchored where the key starts."""
+        if (
+            self._keyed is None
+            or rule in _KEYED_RULES
+            or rule == "base64_blob"
+            # a credential found after its own key ("vercel_token: …") is a value already
+            or any(match.span(group)[0] >= 0 for group, _ in matcher.value_groups.get(rule, ()))
+            # (a base64 token's padding may have taken the "=" of "key=value")
+            or (view[match.end() - 1] != _EQUALS and not _KEY_SEPARATOR.match(view, match.end()))
+        ):
+            return None
+        keyed = self._keyed.data.match(view, match.start())
+        if keyed is None:
+            return None
+        key_rule = self._keyed.rule_of_group.get(keyed.lastindex or 0)
+        if key_rule is None or key_rule == "pseudonym":
+            return None
+        return key_rule, keyed, self._keyed
+
+    def _replace(
+        self,
+        rule: str,
+        match: Any,
+        matcher: _Matcher,
+        data: bytes,
+        pieces: list[bytes],
+        cursor: int,
+        where: str,
+        fired: list[str],
+    ) -> int:
+        """Append what precedes ``match`` and its replacement to ``pieces``; the new cursor
+        (unchanged when the match is left as it is)."""
+        start: int
+        end: int
+        start, end = match.span()
+        if rule == "base64_blob":
+            replacement = self._blob(data[start:end], where, fired)
+            if replacement is None:
+                return cursor
+            pieces += (data[cursor:start], replacement.encode())
+            return end
+        quote = False
+        for group_index, group_kind in matcher.value_groups.get(rule, ()):
+            if match.span(group_index)[0] >= 0:
+                value_start, end = match.span(group_index)
+                if group_kind == "block":
+                    end = _block_end(data, start, value_start, end)
+                # An unquoted value (key=value text, or a JSON number/literal).
+                quote = group_kind == "free"
+                start = value_start
+                break
+        if start < cursor:
+            return cursor
+        value = data[start:end].decode("utf-8", "surrogatepass")
+        if quote:
+            if value in ("null", "true", "false"):
+                return cursor  # nothing secret, and JSON must stay JSON
+            trimmed = value_in_text(value)
+            if trimmed is None:
+                return cursor
+            end = start + len(trimmed.encode())
+            value = trimmed
+            quote = _NUMBER.fullmatch(value) is not None
+        if value in self.config.allow_values:
+            return cursor
+        accept = self._accept.get(rule)
+        if accept is not None:
+            accepted = accept(value)
+            if accepted is None:
+                return cursor
+            if accepted != value:  # a secret inside the match (it is always a prefix)
+                end = start + len(accepted.encode())
+                value = accepted
+        label = rule
+        if rule in self._context_rules:
+            label, value = self._known_secret(rule, value)
+        pieces.append(data[cursor:start])
+        pseudonym = self.pseudonym(label, value)
+        pieces.append((f'"{pseudonym}"' if quote else pseudonym).encode())
+        self._count(fired, f"{where}:{rule}{self._confidence(label, value)}", rule)
+        return end
 
     def _blob(self, blob: bytes, where: str, fired: list[str]) -> str | None:
         """A base64 blob that decodes to text holding a secret is replaced whole; any other
@@ -860,6 +911,9 @@ def _escape_view_bytes(data: bytes) -> bytes:
     return data.replace(b"\\n", b" \n").replace(b"\\t", b" \t").replace(b"\\r", b" \r")
 
 
+# The rest of a key's name, its closing quote (escaped in a JSON string), blanks, ":" or "=".
+_KEY_SEPARATOR = re.compile(rb"[A-Za-z0-9._-]*(?:\\?[\"'])?[ \t]*[:=]")
+_EQUALS = ord("=")
 _NUMBER = re.compile(r"-?\d[\d.eE+-]*")
 
 

@@ -227,6 +227,8 @@ _AUTH_SCHEMES = frozenset(
     {"bearer", "digest", "apikey", "negotiate", "flyv1", "sharedaccesssignature"}
 )
 _SEP = r"[ .\x{00a0}-]"  # separators inside numbers, incl. the no-break space
+# A quote around a key or a value, escaped when the text sits inside a JSON string.
+_QUOTE = r"(?:\\?[\"'])"
 # Key names (not secrets) that announce a secret value in text.
 _PASSWORD_KEYS = (
     r"password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|private[_-]?key|credentials?"  # noqa: S105
@@ -257,7 +259,7 @@ DETECTORS: tuple[Detector, ...] = (
     # "Authorization: Basic …", "Cookie: a=b; c=d", as in curl commands and header dumps.
     Detector(
         "authorization_header",
-        r"(?i:\b(?:proxy-)?authorization)[\"']?\s*[:=]\s*[\"']?"
+        rf"(?i:\b(?:proxy-)?authorization){_QUOTE}?\s*[:=]\s*{_QUOTE}?"
         # Any scheme word (Basic, Bearer, SSWS, FlyV1, SharedAccessSignature...), then the
         # credential, which is what is replaced.
         r"(?:[A-Za-z][A-Za-z0-9_.-]{1,40}(?:\s|\\[nrt])+)?"
@@ -269,7 +271,7 @@ DETECTORS: tuple[Detector, ...] = (
     # replay) would otherwise match from the space, and lose it to a second pseudonym.
     Detector(
         "cookie_header",
-        r"(?i:\b(?:set-)?cookie)[\"']?\s*[:=]\s*[\"']?(?P<cookie_header__value>[^\s\"'\\<\x00][^\r\n\"'\\\x00]{5,})",
+        rf"(?i:\b(?:set-)?cookie){_QUOTE}?\s*[:=]\s*{_QUOTE}?(?P<cookie_header__value>[^\s\"'\\<\x00][^\r\n\"'\\\x00]{{5,}})",
     ),
     Detector(
         "url_credentials",
@@ -289,9 +291,12 @@ DETECTORS: tuple[Detector, ...] = (
     # already pseudonymized (<...>) stay.
     Detector(
         "key_value_secret",
-        rf"(?i)\b[a-z0-9._-]*?(?:{_PASSWORD_KEYS})[a-z0-9_-]*[\"']?[ \t]*[:=][ \t]*"
+        rf"(?i)\b[a-z0-9._-]*?(?:{_PASSWORD_KEYS})[a-z0-9_-]*{_QUOTE}?[ \t]*[:=][ \t]*"
         r"(?:\"(?P<key_value_secret__value>[^\"<\x00][^\"\x00]*)\"|"
         r"'(?P<key_value_secret__value2>[^'<\x00][^'\x00]*)'|"
+        # Quoted inside a JSON string (a shell's output in a tool result): to the \" that
+        # closes it, escapes (\n, \\) included.
+        r"\\\"(?P<key_value_secret__value4>(?:[^\"\\<\x00]|\\[^\"\x00])(?:[^\"\\\x00]|\\[^\"\x00])*)\\\"|"
         r"(?P<key_value_secret__value3>-----BEGIN [A-Z0-9 ]{0,64}-----[^\x00]*?(?:-----END [A-Z0-9 ]{0,64}-----|$))|"
         r"(?P<key_value_secret__block>[|>][-+]?[ \t]*(?:\r?\n[ \t]+[^\r\n\x00]*)+)|"
         r"(?P<key_value_secret__free>[^\s\"',;&}\]<\x00][^\r\n\"<\x00]{2,}))",
@@ -300,7 +305,7 @@ DETECTORS: tuple[Detector, ...] = (
     # value must hold a letter).
     Detector(
         "key_value_token",
-        rf"(?i)\b[a-z0-9._-]*?(?:{_TOKEN_KEYS})[\"']?\s*[:=]\s*[\"']?"
+        rf"(?i)\b[a-z0-9._-]*?(?:{_TOKEN_KEYS}){_QUOTE}?\s*[:=]\s*{_QUOTE}?"
         r"(?P<key_value_token__value>[A-Za-z0-9._~+/=-]{8,})",
         _whole(lambda value: any(c.isalpha() for c in value)),
     ),

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.model import SpanRecord
+from collector.processors import prefilter
 from collector.processors import redact as redact_module
 from collector.processors.providers import (
     PROVIDER_DETECTORS,
@@ -383,3 +384,57 @@ def test_the_redactor_leaves_look_alikes_in_prose(redactor: Redactor, name: str)
         redactor([record])
         assert record.span_attributes["note"] == f"see {text} here"
         assert record.redactions == []
+
+
+# --- a key named like a credential -------------------------------------------------------
+# "aio_<26 letters>Token=…" is an Adafruit key's shape: at the key's start the provider
+# alternative wins, and the rule for the value behind it never got its turn.
+_KEY_CHARS = re.compile(r"[A-Za-z0-9._-]+")
+_VALUE = "hunter2-Is-The-Password"
+_KEY_FORMS = (
+    "{key}={value}",
+    "{key}: {value}",
+    'config {key}="{value}" end',
+    "{key} = '{value}'",
+    "export {key}={value} && run",
+)
+
+
+def _keys_named_like(name: str, seed: int) -> list[str]:
+    """Key names built from a generated credential: the token with a key word after it, and
+    the token with its tail turned into one (which may still have the token's shape)."""
+    token = _generated(name, seed)
+    if not _KEY_CHARS.fullmatch(token) or len(token) < 12:
+        return []  # no key name holds "+", "/" or "="
+    return [f"{token}_password", f"{token}_token", f"{token[:-5]}Token", f"{token[:-6]}Secret"]
+
+
+def test_some_keys_named_like_a_credential_have_its_shape() -> None:
+    """The matrix below holds the case that hid the value: a key its provider matches."""
+    shaped = {
+        name
+        for name in NAMES
+        for seed in SEEDS
+        for key in _keys_named_like(name, seed)
+        if any(rule == name for rule, _ in findings(f"{key}={_VALUE}"))
+    }
+    assert "adafruit_key" in shaped, shaped
+
+
+@pytest.mark.parametrize("use_prefilter", [False, True], ids=["re2", "prefilter"])
+@pytest.mark.parametrize("name", NAMES)
+def test_a_key_named_like_a_credential_still_hides_its_value(
+    name: str, use_prefilter: bool
+) -> None:
+    if use_prefilter and not prefilter.AVAILABLE:
+        pytest.skip("hyperscan is not installed")
+    redactor = Redactor(b"unit-test-key", use_prefilter=use_prefilter)
+    for seed in SEEDS:
+        for key in _keys_named_like(name, seed):
+            for form in _KEY_FORMS:
+                text = form.format(key=key, value=_VALUE)
+                record = _span(text, json.dumps({"content": text}))
+                redactor([record])
+                stored = record.span_attributes["note"] + record.output
+                assert _VALUE not in stored, (text, stored)
+                assert record.redactions, text
