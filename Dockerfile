@@ -14,14 +14,16 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY exporter/pyproject.toml exporter/README.md exporter/
 COPY exporter/src exporter/src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY afr afr
 COPY collector collector
 COPY replay_worker replay_worker
 # Both distributions and every dependency, as wheels; not the `embedded` extra (chDB, ~830
 # MB): the image runs on a ClickHouse server. Naming ./exporter satisfies the
-# server's afr-exporter==0.1.0 with this checkout's, never with a package index's.
-RUN pip wheel --wheel-dir /wheels ./exporter .
+# server's afr-exporter==0.1.0 with this checkout's, never with a package index's. Every
+# dependency at its version in constraints.txt (`make lock`), so two builds of one commit
+# get the same; as PIP_CONSTRAINT it binds the build backend too (docs/building.md).
+RUN PIP_CONSTRAINT=/src/constraints.txt pip wheel --wheel-dir /wheels ./exporter .
 
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1

@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.afr-installed
 
-.PHONY: env demo test bench lint typecheck clean system-deps
+.PHONY: env demo test bench lint typecheck clean system-deps lock
 
 env: $(STAMP)
 
@@ -14,13 +14,20 @@ env: $(STAMP)
 system-deps:
 	@bash scripts/system-deps.sh
 
-$(STAMP): pyproject.toml exporter/pyproject.toml
+# Installed with constraints.txt: the versions `make lock` resolved, not the newest in range.
+$(STAMP): pyproject.toml exporter/pyproject.toml constraints.txt
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ./exporter
-	$(BIN)/python -m pip install --quiet -e '.[dev,embedded]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ./exporter
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,embedded]'
 	@touch $(STAMP)
+
+# Re-resolves every dependency from the pyproject.toml files into constraints.txt (after a
+# change to a dependency, or to take newer releases): docs/building.md.
+lock:
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python scripts/lock.py
 
 demo: $(STAMP)
 	$(BIN)/afr demo

@@ -18,6 +18,8 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from tests.waiting import wait_until
+
 
 @dataclass(frozen=True)
 class ReceivedSpan:
@@ -272,17 +274,16 @@ def afr_up(grpc_port: int, http_port: int, env: dict[str, str], *extra_args: str
 
 def wait_for_line(process: Any, prefix: str, timeout_s: float) -> None:
     """Reads the process's stdout until a line starts with ``prefix``."""
-    import time
-
     assert process.stdout is not None
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if line.startswith(prefix):
-            return
+
+    def printed() -> bool:
+        line: str = process.stdout.readline()
         if not line and process.poll() is not None:
             raise AssertionError(f"afr up exited with {process.returncode}")
-    raise AssertionError(f"afr up printed no line starting with {prefix!r}")
+        return line.startswith(prefix)
+
+    # Each read blocks until a line comes: nothing to sleep between them.
+    wait_until(printed, timeout_s=timeout_s, what=f"a line starting with {prefix!r}", interval_s=0)
 
 
 def stop_process(process: Any, sig: int) -> None:

@@ -23,12 +23,13 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_until
 
 __all__ = ["PostgresServer", "find_postgres_bin", "postgres_server", "running_postgres"]
 
@@ -143,9 +144,13 @@ def _start(
                 stderr=sink,
                 cwd=data.parent,
             )
-        deadline = time.monotonic() + 60
-        while server.poll() is None and not _ready(data) and time.monotonic() < deadline:
-            time.sleep(0.05)  # a test fixture polling a server's status file, as pg_ctl does
+
+        def settled(server: subprocess.Popen[bytes] = server) -> bool:
+            return server.poll() is not None or _ready(data)  # exited: its port taken
+
+        # Polling its status file, as pg_ctl does; not settled in time: stopped, tried again.
+        with contextlib.suppress(AssertionError):
+            wait_until(settled, timeout_s=60, what="PostgreSQL to start or exit")
         if server.poll() is None and _ready(data):
             return server, port
         _stop(server)

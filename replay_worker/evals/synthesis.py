@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -55,6 +56,7 @@ __all__ = [
     "TURN_SLACK",
     "SynthesisError",
     "changed_leaves",
+    "eval_name",
     "fetch_runs",
     "observed_from_run",
     "synthesize",
@@ -68,6 +70,9 @@ _VERDICT_KEY = sc.METADATA_VERDICT
 _REPLAY_KEY = sc.METADATA_REPLAY
 _VERDICT_SPAN = "replay.verdict"
 _NS = 1_000_000_000
+# A corrected value in an eval's name: a date or an amount whole, a long text cut short.
+_SHOWN_CHARS = 32
+_DIGEST_CHARS = 8
 
 
 class SynthesisError(ValueError):
@@ -223,10 +228,8 @@ def _replay_tool_calls(spans: list[dict[str, Any]], known_tools: set[str]) -> li
     return calls
 
 
-def _assertions(
-    fixture: Fixture, replay_spans: list[dict[str, Any]]
-) -> tuple[list[Any], list[str]]:
-    """The assertions, and the tools whose failure the replay corrected (for the name)."""
+def _assertions(fixture: Fixture, replay_spans: list[dict[str, Any]]) -> list[Any]:
+    """The corrections, then the stable structure."""
     known_tools = {str(t["name"]) for spec in fixture.agents.values() for t in spec.tools}
     replayed = _replay_tool_calls(replay_spans, known_tools)
     by_tool: dict[str, list[Any]] = {}
@@ -234,7 +237,6 @@ def _assertions(
         by_tool.setdefault(tool, []).append(arguments)
 
     corrections: list[Any] = []
-    corrected: list[str] = []
     seen: set[tuple[str, str, str]] = set()
     source_calls: dict[str, list[tuple[Any, bool]]] = {}
     for call in fixture.tool_calls:
@@ -245,7 +247,6 @@ def _assertions(
         again = by_tool.get(tool, [])
         if any(failed for _, failed in calls) and not again:
             corrections.append(ToolNotCalled(tool=tool))
-            corrected.append(tool)
             continue
         # The i-th call of a tool in the replay is the i-th call of that tool in the source,
         # made again: a failed one made differently is the correction.
@@ -259,8 +260,6 @@ def _assertions(
                     corrections.append(
                         ToolArgument(tool=tool, pointer=pointer, equals=value, call="any")
                     )
-                    if tool not in corrected:
-                        corrected.append(tool)
 
     structure: list[Any] = [
         ToolCalled(tool=tool, min_count=1, max_count=_loop_bound(len(calls)))
@@ -277,7 +276,38 @@ def _assertions(
     ]
     model_calls = sum(1 for s in replay_spans if s["span_type"] == "llm")
     structure += [MaxTurns(turns=model_calls + TURN_SLACK), NoSpanErrored()]
-    return corrections + structure, corrected
+    return corrections + structure
+
+
+def eval_name(workflow: str, assertions: Sequence[Any]) -> str:
+    """What the eval asserts, read from its corrections: ``flight-desk: book_flight
+    /date="2026-12-07" corrected`` (each corrected pointer with its value, per tool in the
+    order found; a tool the fix stopped calling is ``<tool> not called``). Evals of one tool
+    that fix other pointers or values get other names; the structure's assertions go
+    unnamed (every eval has them)."""
+    fixes: dict[str, list[str]] = {}
+    for assertion in assertions:
+        if isinstance(assertion, ToolArgument):
+            fixes.setdefault(assertion.tool, []).append(
+                f"{assertion.pointer}={_shown(assertion.equals)}"
+            )
+        elif isinstance(assertion, ToolNotCalled):
+            fixes.setdefault(assertion.tool, [])
+    parts = [
+        f"{tool} {' '.join(values)} corrected" if values else f"{tool} not called"
+        for tool, values in fixes.items()
+    ]
+    return f"{workflow}: " + ("; ".join(parts) if parts else "failure fixed")
+
+
+def _shown(value: Any) -> str:
+    """A value as JSON, cut short: a long one keeps a digest of the whole, so two values
+    that differ only past the cut still give two names."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    if len(text) <= _SHOWN_CHARS:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:_DIGEST_CHARS]
+    return f"{text[: _SHOWN_CHARS - _DIGEST_CHARS - 2]}…#{digest}"
 
 
 def synthesize(source_run: dict[str, Any], replay_run: dict[str, Any]) -> EvalDocument:
@@ -303,12 +333,9 @@ def synthesize(source_run: dict[str, Any], replay_run: dict[str, Any]) -> EvalDo
             f"the replay's {_REPLAY_KEY} metadata is not a replay spec: {where}: {first['msg']}",
             verdict=FIXED,
         ) from None
-    assertions, corrected = _assertions(fixture, replay_run["spans"])
-    name = f"{fixture.workflow}: " + (
-        f"{', '.join(corrected)} corrected" if corrected else "failure fixed"
-    )
+    assertions = _assertions(fixture, replay_run["spans"])
     return EvalDocument.create(
-        name=name,
+        name=eval_name(fixture.workflow, assertions),
         provenance=Provenance(
             source_run_id=source_run_id,
             replay_run_id=summary["run_id"],

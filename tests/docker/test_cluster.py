@@ -31,6 +31,7 @@ from collector.settings import CollectorSettings
 from collector.store.client import ClickHouseStore
 from collector.store.cluster import ClusterSchemaError, remote_servers_config
 from tests.docker_engine import docker_available
+from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.docker,
@@ -104,20 +105,6 @@ class Cluster:
             client.close()
 
 
-def _wait_until(check: Any, what: str, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if check():
-                return
-        except Exception:  # a node still starting refuses connections or Keeper sessions
-            if time.monotonic() > deadline:
-                raise
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(1)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     from testcontainers.core.container import DockerContainer
@@ -155,13 +142,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             }
             running = Cluster(urls)
             for host, url in urls.items():
-                _wait_until(lambda url=url: httpx.get(f"{url}/ping").text.strip() == "Ok.", host)
-                _wait_until(
-                    lambda host=host: running.query(
+
+                def pinged(url: str = url) -> bool:
+                    return httpx.get(f"{url}/ping").text.strip() == "Ok."
+
+                def keeper_reached(host: str = host) -> bool:
+                    rows = running.query(
                         host, "SELECT count() FROM system.zookeeper WHERE path = '/'"
-                    ),
-                    f"{host} to reach Keeper",
-                )
+                    )
+                    return bool(rows)
+
+                # A node still starting refuses connections or Keeper sessions: not yet.
+                for check, what in (
+                    (pinged, f"{host} to answer /ping"),
+                    (keeper_reached, f"{host} to reach Keeper"),
+                ):
+                    wait_until(check, timeout_s=90, what=what, interval_s=1, ignoring=(Exception,))
             yield running
 
 

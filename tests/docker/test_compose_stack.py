@@ -33,6 +33,7 @@ from afr.demo import REFUND_STUB
 from afr.grafana.panels import DATASOURCE_UID, PLUGIN_ID
 from afr.secrets_cli import COLLECTOR_KEY, GRAFANA_ADMIN_PASSWORD, WEBHOOK_SECRET
 from replay_worker.trigger import request_replay, wait_for_job
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "deploy" / "compose"
@@ -133,15 +134,7 @@ class Stack:
 
 
 def _until(what: str, check: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if check():
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s"
-        time.sleep(2)
+    wait_until(check, timeout_s=timeout_s, what=what, interval_s=2, ignoring=(httpx.HTTPError,))
 
 
 def _answers(url: str) -> Callable[[], bool]:

@@ -130,7 +130,7 @@ def test_a_fixed_replay_gives_an_eval_of_the_correction_and_the_structure(runs: 
             NoSpanErrored(),
         )
     ]
-    assert document.name == "refund-desk: refund_order corrected"
+    assert document.name == "refund-desk: refund_order /amount=12.0 corrected"
     # It replays the source, the way the fixing replay did.
     assert document.fixture == json.loads(json.dumps(build_fixture(source).to_json()))
     assert document.to_fixture().tool_calls[0].error == "Error running tool (non-fatal)"

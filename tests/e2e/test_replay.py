@@ -24,6 +24,7 @@ from replay_worker.settings import WorkerSettings
 from replay_worker.trigger import signed_headers
 from tests.fakes import free_port
 from tests.integration.conftest import Running, start_collector
+from tests.waiting import wait_until
 
 STUB = json.dumps({"status": "refunded", "order_id": "A-1001", "amount": 12.0})
 
@@ -86,13 +87,11 @@ def post_hook(
 
 
 def wait_job(worker: WorkerThread, job_id: str, timeout_s: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def finished() -> dict[str, Any] | None:
         job: dict[str, Any] = httpx.get(f"{worker.url}/jobs/{job_id}", timeout=10).json()
-        if job["state"] in ("succeeded", "failed"):
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish")
+        return job if job["state"] in ("succeeded", "failed") else None
+
+    return wait_until(finished, timeout_s=timeout_s, what=f"job {job_id} to finish", interval_s=0.1)
 
 
 def test_signed_hook_replays_the_failing_run_to_failure_fixed(stack: Stack) -> None:

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from tests.e2e.captured import capture_fixed_incident
 from tests.e2e.test_worker_scale import _alive, _descendants
 from tests.fakes import free_port, stop_process, wait_for_line
 from tests.integration.conftest import Running, start_collector
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -107,13 +107,11 @@ def post_sweep(url: str, secret: str, payload: dict[str, Any], webhook_id: str) 
 
 
 def wait_sweep(url: str, sweep_id: str, timeout_s: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    def ended() -> dict[str, Any] | None:
         sweep: dict[str, Any] = httpx.get(f"{url}/sweeps/{sweep_id}", timeout=10).json()
-        if sweep["state"] in ("finished", "failed"):
-            return sweep
-        assert time.monotonic() < deadline, sweep
-        time.sleep(0.2)
+        return sweep if sweep["state"] in ("finished", "failed") else None
+
+    return wait_until(ended, timeout_s=timeout_s, what=f"sweep {sweep_id} to end", interval_s=0.2)
 
 
 def span_shape(running: Running, run_id: str) -> Counter[str]:
@@ -241,22 +239,26 @@ def test_a_worker_killed_mid_sweep_finishes_it_on_restart_without_duplicates(
             answer = post_sweep(url, world.secret, {"slot": "e2e killed"}, "msg_k")
             sweep_id = answer.json()["sweep_id"]
             store = StateStore(data_dir / "state.sqlite")
-            deadline = time.monotonic() + 60
             # One eval recorded, the next one on its third model turn (its first turns' spans
             # exported already): kill the worker.
-            while not (store.sweep_results(sweep_id) and len(model.requests) > 5):
-                assert time.monotonic() < deadline, "the sweep did not get going"
-                time.sleep(0.05)
+            wait_until(
+                lambda: store.sweep_results(sweep_id) and len(model.requests) > 5,
+                timeout_s=60,
+                what="the sweep to get going",
+            )
             family = _descendants(first.pid)
         finally:
             first.kill()
             first.wait(10)
             assert first.stdout is not None
             first.stdout.close()
-        deadline = time.monotonic() + 10
-        while _alive(family) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert family and not _alive(family), "the sweep process dies with its worker"
+        assert family
+        wait_until(
+            lambda: not _alive(family),
+            timeout_s=10,
+            what="the sweep process to die with its worker",
+            interval_s=0.1,
+        )
         recorded_before = [r.eval_id for r in store.sweep_results(sweep_id)]
         assert len(recorded_before) == 1
         cut_short = sorted(d.id for d in world.documents if d.id not in recorded_before)

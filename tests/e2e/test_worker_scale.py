@@ -24,6 +24,7 @@ from replay_worker.app import WorkerThread
 from tests.e2e import test_replay
 from tests.e2e.test_replay import STUB, Stack, post_hook, wait_job, worker_settings
 from tests.fakes import free_port, stop_process, wait_for_line
+from tests.waiting import wait_until
 
 stack = test_replay.stack  # the collector with the seeded failing run, as a fixture here too
 STUBS = {"refund_order": STUB}
@@ -178,10 +179,7 @@ def test_a_worker_killed_mid_replay_leaves_no_process_and_its_job_runs_on_restar
                 url + "/hooks/replay", content=body, headers=signed_headers(stack.secret, body)
             )
             job_id = answer.json()["job_id"]
-            deadline = time.monotonic() + 60
-            while not model.requests:  # the replay is talking to the model
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            wait_until(lambda: model.requests, timeout_s=60, what="the replay to talk to the model")
             family = _descendants(first.pid)
             assert family, "the replay runs in processes of the worker's own"
         finally:
@@ -189,19 +187,21 @@ def test_a_worker_killed_mid_replay_leaves_no_process_and_its_job_runs_on_restar
             first.wait(10)
             assert first.stdout is not None
             first.stdout.close()
-        deadline = time.monotonic() + 10
-        while _alive(family) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not _alive(family), "a replay process dies with its worker, never orphaned"
+        wait_until(
+            lambda: not _alive(family),
+            timeout_s=10,
+            what="the replay processes to die with their worker (never orphaned)",
+            interval_s=0.1,
+        )
 
         second = _afr_worker(env)
         try:
-            job = httpx.get(f"{url}/jobs/{job_id}", timeout=10).json()
-            deadline = time.monotonic() + 60
-            while job["state"] not in ("succeeded", "failed"):
-                assert time.monotonic() < deadline, job
-                time.sleep(0.2)
-                job = httpx.get(f"{url}/jobs/{job_id}", timeout=10).json()
+
+            def finished() -> dict[str, Any] | None:
+                job: dict[str, Any] = httpx.get(f"{url}/jobs/{job_id}", timeout=10).json()
+                return job if job["state"] in ("succeeded", "failed") else None
+
+            job = wait_until(finished, timeout_s=60, what=f"job {job_id} to finish", interval_s=0.2)
             family = _descendants(second.pid)
         finally:
             stop_process(second, signal.SIGTERM)
@@ -209,7 +209,9 @@ def test_a_worker_killed_mid_replay_leaves_no_process_and_its_job_runs_on_restar
     assert job["attempts"] == 2, "re-queued at start: its worker's pid was gone"
     assert job["result"]["verdict"] == "FAILURE_FIXED"
     assert second.returncode == 0
-    deadline = time.monotonic() + 10  # the fork server sees its worker gone: end of file
-    while _alive(family) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(family), "SIGTERM ends every replay process"
+    wait_until(  # the fork server sees its worker gone: end of file
+        lambda: not _alive(family),
+        timeout_s=10,
+        what="SIGTERM to end every replay process",
+        interval_s=0.1,
+    )

@@ -128,6 +128,20 @@ def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         thread.stop()
 
 
+class _Server(uvicorn.Server):
+    """Sets ``up`` once its startup is over: the test's thread waits on it, never polls."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.up = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets=sockets)
+        finally:
+            self.up.set()  # failed too: ``started`` tells which
+
+
 class _Served:
     """A Starlette app on a loopback port, on a thread with its own event loop."""
 
@@ -136,17 +150,14 @@ class _Served:
         self._sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
         self._thread = threading.Thread(
             target=lambda: asyncio.run(self._server.serve(sockets=[self._sock])), daemon=True
         )
 
     def __enter__(self) -> _Served:
         self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            assert time.monotonic() < deadline, "the app did not start"
-            time.sleep(0.01)
+        assert self._server.up.wait(10) and self._server.started, "the app did not start"
         return self
 
     def __exit__(self, *exc: object) -> None:

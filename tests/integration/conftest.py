@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from collector.server import Collector, CollectorThread
 from collector.settings import CollectorSettings
 from collector.store.client import ClickHouseStore
 from tests.fakes import FlakyStore
+from tests.waiting import wait_until
 
 
 @dataclass
@@ -38,15 +38,17 @@ class Running:
 
     def run(self, run_id: str, key: str | None = None, timeout_s: float = 10) -> dict[str, Any]:
         """The run from the read API once it is stored (flushes the writer first)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def stored() -> httpx.Response | None:
             self.collector.flush()
             response = self.api(f"/api/v1/runs/{run_id}", key)
-            if response.status_code == 200 or time.monotonic() > deadline:
-                assert response.status_code == 200, response.text
-                body: dict[str, Any] = response.json()
-                return body
-            time.sleep(0.1)
+            return response if response.status_code == 200 else None
+
+        response = wait_until(
+            stored, timeout_s=timeout_s, what=f"run {run_id} in the read API", interval_s=0.1
+        )
+        body: dict[str, Any] = response.json()
+        return body
 
 
 def start_collector(data_dir: Path, **overrides: Any) -> tuple[CollectorThread, Running]:

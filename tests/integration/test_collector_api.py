@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from collector.server import CollectorThread
 from collector.settings import CollectorSettings
 from tests.fakes import afr_up, free_port, stop_process, wait_for_line
 from tests.integration.conftest import Running
+from tests.waiting import wait_until
 
 BASE_NS = 1_764_000_000_000_000_000
 
@@ -207,10 +207,12 @@ def test_restart_between_acknowledgement_and_insert_loses_nothing(tmp_path: Path
     finally:
         stop_process(process, signal.SIGKILL)
     # Nothing of the killed collector lives on: its ingest workers follow it out.
-    deadline = time.monotonic() + 10
-    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()], "orphaned workers"
+    wait_until(
+        lambda: not [pid for pid in workers if Path(f"/proc/{pid}").exists()],
+        timeout_s=10,
+        what="the killed collector's ingest workers to exit (orphaned workers)",
+        interval_s=0.1,
+    )
 
     settings = CollectorSettings(data_dir=data_dir, grpc_port=0, http_port=0)
     with CollectorThread(settings) as collector:

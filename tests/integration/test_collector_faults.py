@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import pytest
 
 from tests.integration.conftest import Running, start_collector
 from tests.integration.test_collector_ingest import TRACE, _grpc_export, _request, _span
+from tests.waiting import wait_until
 
 
 def _send(running: Running, name: str, number: int) -> grpc.StatusCode:
@@ -136,13 +136,17 @@ def test_the_writer_loop_survives_an_unexpected_error(running: Running) -> None:
     assert _send(running, "later", 1) == grpc.StatusCode.OK
     # The loop meets the error, backs off, and inserts on its own: nothing here flushes
     # (Running.run would flush from this thread and could store it before the loop ran).
-    deadline = time.monotonic() + 30
-    while True:
+
+    def stored() -> httpx.Response | None:
         response = running.api(f"/api/v1/runs/{TRACE.hex()}")
-        if response.status_code == 200 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert response.status_code == 200, response.text
+        return response if response.status_code == 200 else None
+
+    response = wait_until(
+        stored,
+        timeout_s=30,
+        what="the run stored by the writer loop",
+        interval_s=0.1,
+    )
     assert {span["name"] for span in response.json()["spans"]} == {"later"}
     assert calls["n"] >= 2, "the loop itself inserted, after the error"
     assert writer.loop_errors == 1

@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -19,6 +20,7 @@ import afr_exporter
 from afr.incident import build_model, failing_script, run_incident
 from afr.scripted_model import ScriptedModelServer
 from tests.fakes import OtlpGrpcSink, _Recorder, _Servicer, free_port
+from tests.waiting import wait_until
 
 SPANS_IN_INCIDENT = 12 + 1  # 12 SDK spans and the workflow root
 
@@ -183,10 +185,21 @@ def test_unavailable_with_retry_info_is_retried_after_the_hint() -> None:
 
 def test_collector_that_comes_up_late_receives_every_span_through_retries() -> None:
     port = free_port()
+    backing_off = threading.Event()
+
+    def wait(seconds: float) -> None:
+        backing_off.set()
+        time.sleep(seconds)  # the backoff itself, real: the collector comes up during it
+
     processor, _ = _run_incident_with(
-        {"endpoint": f"http://127.0.0.1:{port}", "timeout_s": 8, "schedule_delay_s": 0.05}
+        {
+            "endpoint": f"http://127.0.0.1:{port}",
+            "timeout_s": 8,
+            "schedule_delay_s": 0.05,
+            "retry_wait": wait,
+        }
     )
-    time.sleep(0.3)  # the first attempt has failed by now and the exporter is backing off
+    assert backing_off.wait(10), "the first attempt failed and the exporter backs off"
     recorder = _Recorder()
     server = grpc.server(__import__("concurrent.futures").futures.ThreadPoolExecutor(max_workers=2))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(recorder), server)  # type: ignore[no-untyped-call]
@@ -201,14 +214,21 @@ def test_collector_that_comes_up_late_receives_every_span_through_retries() -> N
     assert processor.stats.dropped == 0
 
 
+@dataclass(frozen=True)
+class HangingCollector:
+    port: int
+    connected: threading.Event  # set once an exporter's connection is accepted
+
+
 @pytest.fixture
-def hanging_collector() -> Iterator[int]:
+def hanging_collector() -> Iterator[HangingCollector]:
     """Accepts TCP connections and never answers: the worst kind of slow collector."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
     accepted: list[socket.socket] = []
     stop = threading.Event()
+    connected = threading.Event()
 
     def accept() -> None:
         listener.settimeout(0.1)
@@ -216,12 +236,13 @@ def hanging_collector() -> Iterator[int]:
             try:
                 conn, _ = listener.accept()
                 accepted.append(conn)
+                connected.set()
             except OSError:
                 continue
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
-    yield listener.getsockname()[1]
+    yield HangingCollector(listener.getsockname()[1], connected)
     stop.set()
     thread.join()
     for conn in accepted:
@@ -229,16 +250,19 @@ def hanging_collector() -> Iterator[int]:
     listener.close()
 
 
-def test_hanging_collector_exit_is_bounded_by_the_shutdown_deadline(hanging_collector: int) -> None:
+def test_hanging_collector_exit_is_bounded_by_the_shutdown_deadline(
+    hanging_collector: HangingCollector,
+) -> None:
     processor, run_s = _run_incident_with(
         {
-            "endpoint": f"http://127.0.0.1:{hanging_collector}",
+            "endpoint": f"http://127.0.0.1:{hanging_collector.port}",
             "timeout_s": 30,
             "schedule_delay_s": 0.05,
         }
     )
     assert run_s < 5
-    time.sleep(0.2)  # let the worker get stuck inside an export call
+    # Connected and never answered: the exporter's worker is stuck inside an export call.
+    assert hanging_collector.connected.wait(10), "the exporter connected"
     started = time.monotonic()
     processor.shutdown(timeout=1.0)
     assert time.monotonic() - started < 3.0, "not the 30 s export timeout"
@@ -247,9 +271,11 @@ def test_hanging_collector_exit_is_bounded_by_the_shutdown_deadline(hanging_coll
     assert stats.queued == 0
     # The batch that was in flight is counted once the aborted export returns: every span
     # ends up accounted for as dropped, none silently.
-    deadline = time.monotonic() + 5
-    while processor.stats.dropped < SPANS_IN_INCIDENT and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(
+        lambda: processor.stats.dropped >= SPANS_IN_INCIDENT,
+        timeout_s=5,
+        what="the aborted batch counted dropped",
+    )
     assert processor.stats.dropped == SPANS_IN_INCIDENT
 
 

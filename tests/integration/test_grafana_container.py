@@ -12,7 +12,6 @@ the plugin's frontend in a browser) are applied here first, as the dashboard wou
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,6 +34,7 @@ from afr.grafana.panels import DATASOURCE_UID, PLUGIN_ID, PLUGIN_VERSION
 from tests.docker_engine import docker_available
 from tests.integration.conftest import Running, start_collector
 from tests.integration.grafana_world import Seeded, seed
+from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.docker,
@@ -102,17 +102,18 @@ class Stack:
 
 
 def _wait_for_grafana(url: str, timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            health = httpx.get(f"{url}/api/health", timeout=5)
-            plugin = httpx.get(f"{url}/api/plugins/{PLUGIN_ID}/settings", auth=ADMIN, timeout=5)
-            if health.status_code == 200 and plugin.status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "Grafana (with the ClickHouse plugin) did not start"
-        time.sleep(1)
+    def started() -> bool:
+        health = httpx.get(f"{url}/api/health", timeout=5)
+        plugin = httpx.get(f"{url}/api/plugins/{PLUGIN_ID}/settings", auth=ADMIN, timeout=5)
+        return health.status_code == 200 and plugin.status_code == 200
+
+    wait_until(
+        started,
+        timeout_s=timeout_s,
+        what="Grafana (with the ClickHouse plugin) to start",
+        interval_s=1,
+        ignoring=(httpx.HTTPError,),
+    )
 
 
 def _service_account_token(url: str) -> str:

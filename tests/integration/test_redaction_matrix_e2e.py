@@ -20,6 +20,7 @@ pseudonym in every delivery, transport and process.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -44,6 +45,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from tests.fakes import free_port
 from tests.secret_corpus import Kind, LeakScanner, Secret, all_kinds
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -283,20 +285,26 @@ def start_afr(data_dir: Path, log_path: Path, workers: int, batch_interval_s: fl
     with log_path.open("ab") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     afr = Afr(process, grpc_port, http_port)
-    deadline = time.monotonic() + 60
     key_file = data_dir / "local-project.key"
-    while time.monotonic() < deadline:
+
+    def up() -> bool:
         if process.poll() is not None:
             raise AssertionError(f"afr up exited with {process.returncode}: see {log_path}")
-        try:
-            if key_file.exists() and httpx.get(afr.url + "/healthz", timeout=2).status_code == 200:
-                afr.key = key_file.read_text().strip()
-                return afr
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    stop_afr(afr)
-    raise AssertionError("afr up did not come up within 60 s")
+        return key_file.exists() and httpx.get(afr.url + "/healthz", timeout=2).status_code == 200
+
+    try:
+        wait_until(
+            up,
+            timeout_s=60,
+            what=f"afr up to answer /healthz (see {log_path})",
+            interval_s=0.1,
+            ignoring=(httpx.HTTPError,),
+        )
+    except AssertionError:
+        stop_afr(afr)
+        raise
+    afr.key = key_file.read_text().strip()
+    return afr
 
 
 def stop_afr(afr: Afr) -> None:
@@ -337,16 +345,20 @@ def send(afr: Afr, delivery: str, request: ExportTraceServiceRequest) -> str:
 
 
 def wait_for_run(afr: Afr, delivery: str, timeout_s: float = 30) -> dict[str, Any]:
+    """The run once all its spans are stored, else what is stored by the timeout: the checks
+    below report what is missing rather than stopping the module's fixture."""
     run_id = trace_id(delivery).hex()
-    deadline = time.monotonic() + timeout_s
     body: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+
+    def complete() -> bool:
         response = httpx.get(f"{afr.url}/api/v1/runs/{run_id}", headers=afr.headers, timeout=30)
         if response.status_code == 200:
-            body = response.json()
-            if len(body.get("spans", [])) >= _SPANS_PER_TRACE:
-                return body
-        time.sleep(0.2)
+            body.clear()
+            body.update(response.json())
+        return len(body.get("spans", [])) >= _SPANS_PER_TRACE
+
+    with contextlib.suppress(AssertionError):
+        wait_until(complete, timeout_s=timeout_s, what=f"run {run_id} stored", interval_s=0.2)
     return body
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +31,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from collector.auth import SqlUserStore
 from collector.sqlapi import SQL_PASSWORD_FILE, ensure_sql_password
 from tests.integration.conftest import Running, start_collector
+from tests.waiting import wait_until
 
 THREAD_CAP = 2
 TIME_CAP_S = 2.5  # long enough that a loaded machine still sees both queries running
@@ -136,13 +137,6 @@ def sql(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sql]:
 
 def _code(response: httpx.Response) -> int:
     return int(response.headers["x-clickhouse-exception-code"])
-
-
-def _poll(condition: Callable[[], bool], timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 # --- clickhouse-connect ---------------------------------------------------------------------
@@ -462,7 +456,12 @@ def test_long_queries_stop_at_the_cap_while_ingest_goes_on(sql: Sql) -> None:
     started = time.monotonic()
     with ThreadPoolExecutor(2) as pool:
         long = [pool.submit(sql.post, LONG_QUERY) for _ in range(2)]
-        _poll(lambda: sql.health()["sql"]["running"] == 2)
+        wait_until(
+            lambda: sql.health()["sql"]["running"] == 2,
+            timeout_s=10,
+            what="both long queries running",
+            interval_s=0.01,
+        )
         queued_at = time.monotonic()
         busy = sql.post("SELECT 1")  # the user's two slots are taken: it waits, then gives up
         assert time.monotonic() - queued_at >= QUEUE_WAIT_MS / 1000

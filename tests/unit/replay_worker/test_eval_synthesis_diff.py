@@ -1,4 +1,5 @@
-"""The correction synthesis asserts: the leaves where a fixed call's arguments differ."""
+"""The correction synthesis asserts: the leaves where a fixed call's arguments differ, and
+the eval's name that says which."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from typing import Any
 import pytest
 
 from replay_worker.evals.assertions import resolve_pointer
-from replay_worker.evals.synthesis import changed_leaves
+from replay_worker.evals.contract import (
+    MaxTurns,
+    NoSpanErrored,
+    ToolArgument,
+    ToolCalled,
+    ToolNotCalled,
+)
+from replay_worker.evals.synthesis import changed_leaves, eval_name
 
 
 @pytest.mark.parametrize(
@@ -43,3 +51,50 @@ def test_the_corrected_leaves_and_their_pointers(
     assert leaves == expected
     for pointer, value in leaves:  # every pointer resolves to its value in the fixed call
         assert resolve_pointer(replay, pointer) == value
+
+
+def _fix(pointer: str, value: Any, tool: str = "book_flight") -> ToolArgument:
+    return ToolArgument(tool=tool, pointer=pointer, equals=value, call="any")
+
+
+_STRUCTURE = [
+    ToolCalled(tool="book_flight", min_count=1, max_count=3),
+    MaxTurns(turns=5),
+    NoSpanErrored(),
+]
+
+
+def test_fixes_of_one_tool_at_other_paths_get_names_that_say_the_path() -> None:
+    date = eval_name("flight-desk", [_fix("/date", "2026-12-07"), *_STRUCTURE])
+    count = eval_name("flight-desk", [_fix("/passenger_count", 3), *_STRUCTURE])
+    assert date == 'flight-desk: book_flight /date="2026-12-07" corrected'
+    assert count == "flight-desk: book_flight /passenger_count=3 corrected"
+    both = eval_name("flight-desk", [_fix("/date", "2026-12-07"), _fix("/passenger_count", 3)])
+    assert both == 'flight-desk: book_flight /date="2026-12-07" /passenger_count=3 corrected'
+
+
+def test_every_distinct_correction_gets_its_own_name() -> None:
+    long_text = "Dear customer, your booking for the flight of the seventh"
+    corrections: list[list[Any]] = [
+        [_fix("/date", "2026-12-07")],
+        [_fix("/date", "2026-12-08")],  # another value at the same path
+        [_fix("/date", "2026-12-07"), _fix("/passenger_count", 3)],
+        [_fix("/date", "2026-12-07", tool="rebook_flight")],
+        [ToolNotCalled(tool="book_flight")],
+        [ToolNotCalled(tool="cancel_booking"), _fix("/date", "2026-12-07")],
+        [_fix("/note", long_text + " is confirmed")],
+        [_fix("/note", long_text + " is cancelled")],  # apart only past the cut
+        [],
+    ]
+    names = [eval_name("flight-desk", [*c, *_STRUCTURE]) for c in corrections]
+    assert len(set(names)) == len(names), names
+    assert names[4] == "flight-desk: book_flight not called"
+    assert (
+        names[5]
+        == 'flight-desk: cancel_booking not called; book_flight /date="2026-12-07" corrected'
+    )
+    assert names[-1] == "flight-desk: failure fixed"
+    shown = names[6].removeprefix("flight-desk: book_flight /note=").removesuffix(" corrected")
+    assert len(shown) == 32 and shown.startswith('"Dear customer'), "a long value is cut short"
+    # Stable: the same corrections, the same name.
+    assert names == [eval_name("flight-desk", [*c, *_STRUCTURE]) for c in corrections]
