@@ -15,10 +15,6 @@ from tests.deploy.settings_env import MODELS, env_names
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", *(ROOT / "docs").glob("*.md")])
 
-# Targets another branch of issue 20 adds: docs/building.md (reproducible builds) comes with
-# the lock file. Remove an entry once its file is merged.
-NOT_YET_MERGED = {"docs/building.md"}
-
 # [text](target) and [text](target "title"); images too. Fenced code blocks are skipped
 # before this runs, so shell snippets with brackets are not read as links.
 _LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -52,9 +48,6 @@ def test_every_relative_link_resolves(doc: Path) -> None:
     missing = []
     for target in relative_links(doc.read_text(encoding="utf-8")):
         path = (doc.parent / target).resolve()
-        in_repo = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else None
-        if in_repo in NOT_YET_MERGED:
-            continue
         if not path.exists():
             missing.append(target)
     assert not missing, f"{doc.relative_to(ROOT)} links to missing files: {missing}"
