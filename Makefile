@@ -31,7 +31,7 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy afr exporter/src/afr_exporter collector replay_worker testbed tests bench
+	$(BIN)/mypy afr afr_common exporter/src/afr_exporter collector replay_worker testbed tests bench
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -10,9 +10,10 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from afr.settings_sources import SecretsDirSettings
+from afr_common.settings_sources import SecretsDirSettings
+from afr_common.urls import redact_url
 from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
-from replay_worker.state_engines import POSTGRES_SCHEMES, redact_url
+from replay_worker.state_engines import POSTGRES_SCHEMES
 
 __all__ = ["DEFAULT_PRICES_PER_MTOK", "WorkerSettings"]
 

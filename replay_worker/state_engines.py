@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from afr.settings_sources import redact_url
+from afr_common.urls import redact_url
 
 if TYPE_CHECKING:
     import psycopg
@@ -45,7 +45,6 @@ __all__ = [
     "StateSchemaTooNew",
     "StateStoreUnavailable",
     "Tx",
-    "redact_url",
 ]
 
 T = TypeVar("T")
