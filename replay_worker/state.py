@@ -25,16 +25,17 @@ marked finished once; a finished slot never runs again (ADR 16).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from replay_worker.money import Clock, nusd, usd, utc_day
+from replay_worker.settings import WorkerSettings
 from replay_worker.state_engines import (
     POSTGRES_SCHEMES,
     Engine,
@@ -44,9 +45,6 @@ from replay_worker.state_engines import (
     StateStoreUnavailable,
     Tx,
 )
-
-if TYPE_CHECKING:
-    from replay_worker.settings import WorkerSettings
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -69,9 +67,6 @@ __all__ = [
     "utc_day",
 ]
 
-Clock = Callable[[], float]
-"""Seconds since the epoch, like ``time.time`` (the default everywhere)."""
-
 JobState = Literal["queued", "running", "succeeded", "failed"]
 FINISHED: tuple[JobState, ...] = ("succeeded", "failed")
 MAX_ATTEMPTS = 2
@@ -82,19 +77,6 @@ SWEEP_MAX_ATTEMPTS = 3
 """A sweep whose process died this many times is failed (each attempt resumes the last)."""
 DEFAULT_MAX_SWEEPS_KEPT = 1_000
 DEFAULT_MAX_JOBS_KEPT = 10_000
-
-
-def nusd(amount_usd: float) -> int:
-    """USD to integer nano-dollars (exact sums; every price table value is far coarser)."""
-    return round(amount_usd * 1e9)
-
-
-def usd(amount_nusd: int) -> float:
-    return amount_nusd / 1e9
-
-
-def utc_day(epoch_s: float) -> str:
-    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).date().isoformat()
 
 
 @dataclass(frozen=True)

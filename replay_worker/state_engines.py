@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from afr_common.urls import redact_url
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # loaded when a PostgreSQL state opens: the SQLite default never pays for it
     import psycopg
 
 __all__ = [
