@@ -20,8 +20,8 @@ from junitparser import Failure, JUnitXml, Skipped
 from afr.cli import main
 from afr.incident import failing_script, fixed_script
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
-from replay_worker.evals import command
-from replay_worker.evals.command import slot_sweep_id
+from replay_worker import eval_run as command
+from replay_worker.eval_run import slot_sweep_id
 from replay_worker.evals.contract import EvalDocument, ReplaySpec, write_eval
 from replay_worker.evals.runner import eval_trace_id
 from replay_worker.evals.synthesis import synthesize
