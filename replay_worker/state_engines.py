@@ -1,7 +1,7 @@
 """The two engines under the worker's state store (ADR 12): SQLite, one file on one machine
 (the default), and PostgreSQL, shared by worker replicas on several hosts.
 
-The store's logic (``replay_worker/state.py``) is written once, as transactions of plain SQL
+The store's logic (``replay_worker/state/``) is written once, as transactions of plain SQL
 (``?`` placeholders, no literal ``?`` or ``%``); an engine runs each one atomically:
 
 - SQLite: ``BEGIN IMMEDIATE`` takes the file's write lock at the first statement, so every
