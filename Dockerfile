@@ -16,6 +16,7 @@ COPY exporter/pyproject.toml exporter/README.md exporter/
 COPY exporter/src exporter/src
 COPY pyproject.toml README.md constraints.txt ./
 COPY afr afr
+COPY afr_common afr_common
 COPY collector collector
 COPY replay_worker replay_worker
 # Both distributions and every dependency, as wheels; not the `embedded` extra (chDB, ~830

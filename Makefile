@@ -38,7 +38,8 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy afr exporter/src/afr_exporter collector replay_worker testbed tests bench
+	$(BIN)/mypy afr afr_common exporter/src/afr_exporter collector replay_worker testbed tests bench
+	$(BIN)/lint-imports --no-logo
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

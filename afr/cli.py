@@ -365,7 +365,7 @@ def _eval_synthesize(args: argparse.Namespace) -> int:
 
 def _eval_run(args: argparse.Namespace) -> int:
     with _loading_the_sdk():
-        from replay_worker.evals.command import RunOptions, parse_shard, run_command
+        from replay_worker.eval_run import RunOptions, parse_shard, run_command
         from replay_worker.settings import WorkerSettings
 
     try:

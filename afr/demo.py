@@ -31,7 +31,7 @@ from afr.scripted_model import ScriptedModelServer
 from collector.server import CollectorThread
 from collector.settings import CollectorSettings
 from replay_worker.app import WorkerThread
-from replay_worker.evals.command import RunOptions, run_command
+from replay_worker.eval_run import RunOptions, run_command
 from replay_worker.settings import WorkerSettings
 from replay_worker.sweeps import run_foreground
 from replay_worker.trigger import request_replay, signed_headers, wait_for_job

@@ -8,7 +8,8 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from afr.settings_sources import SecretsDirSettings, redact_url
+from afr_common.settings_sources import SecretsDirSettings
+from afr_common.urls import redact_url
 from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK, UNLISTED_MODEL
 
 __all__ = ["SQL_DEFAULT_PORT", "CollectorSettings"]

@@ -74,11 +74,13 @@ from replay_worker.hooks.status import (
     status_of,
 )
 from replay_worker.jobs import JobRunner
+from replay_worker.money import Clock
 from replay_worker.openapi import OPENAPI
-from replay_worker.pool import ChildConfig
-from replay_worker.scheduler import ProcessSweepExecutor, SweepScheduler, parse_schedule
+from replay_worker.protocol import ChildConfig
+from replay_worker.schedule import parse_schedule
+from replay_worker.scheduler import ProcessSweepExecutor, SweepScheduler
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import Clock, StateStoreUnavailable
+from replay_worker.state import StateStoreUnavailable
 
 __all__ = ["ReplayWorker", "WorkerThread"]
 

@@ -6,7 +6,8 @@ clients from the settings, and answers each job sent to it with a plain-JSON out
 the replay's spans are flushed. Model costs go through the ledger, on the shared state store.
 
 Nothing here runs at import: the pool's fork server imports this module once, so that every
-replay process starts with the SDK already loaded (the worker's own process never needs it).
+replay process starts with the SDK already loaded. The worker's own process never imports
+it: the pool starts a process at ``child_main`` by name (``protocol.CHILD_ENTRY``).
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
+import httpx2
 from agents import Agent, Model, RunConfig, Runner, function_tool
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+from agents.models.openai_responses import OpenAIResponsesModel
 from openai import AsyncOpenAI
 
 import afr_exporter
 from replay_worker.client import CollectorClient, CollectorUnavailable, RunNotFound
 from replay_worker.ledger import BudgetExceeded, DayBudget, JobLedger, LedgerModel
 from replay_worker.model_client import openai_model_factory
-from replay_worker.pool import EXIT_PARENT_GONE, ChildConfig, JobSpec, Outcome
+from replay_worker.protocol import EXIT_PARENT_GONE, ChildConfig, JobSpec, Outcome
 from replay_worker.replay.engine import run_replay
 from replay_worker.replay.fixture import FixtureError, build_fixture
 from replay_worker.replay.stubs import MatchPolicy
@@ -103,8 +107,6 @@ def _canned_answer(api: str, call: bool) -> dict[str, Any]:
 def _canned_client(api: str) -> Any:
     """An HTTP client for the openai client (httpx2, its own transport library) that answers
     a tool call first, then a final text."""
-    import httpx2
-
     calls = iter([True])
 
     def answer(request: httpx2.Request) -> httpx2.Response:
@@ -120,8 +122,6 @@ def warm_up() -> None:
     replay process forked from it starts with them built. Also imports the OTLP/gRPC
     exporter each replay process installs (~0.1-0.2 s per process otherwise); only
     imports: a gRPC channel, and its threads, must not exist before the fork. Never raises."""
-    from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
-    from agents.models.openai_responses import OpenAIResponsesModel
 
     try:
         importlib.import_module("afr_exporter.processor")

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from afr.settings_sources import redact_url
+from afr_common.urls import redact_url
 
 __all__ = ["CollectorClient", "CollectorUnavailable", "RunNotFound"]
 

@@ -16,9 +16,11 @@ import secrets
 import time
 from typing import Any
 
-from replay_worker.pool import ChildConfig, JobSpec, PoolResult, ReplayPool
+from replay_worker.money import Clock, utc_day
+from replay_worker.pool import PoolResult, ReplayPool
+from replay_worker.protocol import ChildConfig, JobSpec
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import FINISHED, Clock, Job, Owner, StateStore, open_state_store, utc_day
+from replay_worker.state import FINISHED, Job, Owner, StateStore, open_state_store
 
 __all__ = ["Job", "JobRunner"]
 

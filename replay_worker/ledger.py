@@ -23,7 +23,8 @@ from typing import Any
 
 from agents import Model, ModelResponse, ModelSettings, ModelTracing
 
-from replay_worker.state import Clock, DaySpend, StateStore, nusd, usd, utc_day
+from replay_worker.money import Clock, nusd, usd, utc_day
+from replay_worker.state import DaySpend, StateStore
 
 __all__ = [
     "BudgetExceeded",

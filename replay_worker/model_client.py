@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agents import Model
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+from agents.models.openai_responses import OpenAIResponsesModel
 from openai import AsyncOpenAI
 
 from replay_worker.settings import WorkerSettings
@@ -17,8 +19,6 @@ __all__ = ["openai_model_factory"]
 
 def openai_model_factory(settings: WorkerSettings) -> Callable[[str], Model]:
     """Real model classes over the real ``openai`` client: OpenAI, or any compatible base URL."""
-    from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
-    from agents.models.openai_responses import OpenAIResponsesModel
 
     key = settings.model_api_key.get_secret_value() if settings.model_api_key else None
     client = AsyncOpenAI(

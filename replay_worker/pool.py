@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import signal
 import threading
 from dataclasses import dataclass
@@ -24,66 +23,14 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
-from replay_worker.settings import WorkerSettings
-from replay_worker.state import Clock
+from replay_worker.protocol import CHILD_ENTRY, ChildConfig, JobSpec, Outcome, default_context
 
-__all__ = [
-    "ChildConfig",
-    "JobSpec",
-    "Outcome",
-    "PoolResult",
-    "PoolStats",
-    "ReplayPool",
-    "default_context",
-]
+__all__ = ["PoolResult", "PoolStats", "ReplayPool"]
 
 logger = logging.getLogger("afr.worker.pool")
 
-_PRELOAD = ["replay_worker.preload"]  # loads and warms the SDK once, in the fork server
-
-Outcome = dict[str, Any]
-"""A replay process's answer: ``{"state": "succeeded", "result": {...}}`` or
-``{"state": "failed", "error": {"status", "reason"}}``."""
-
-EXIT_PARENT_GONE = 75
-"""A replay process whose worker died exits with this at once rather than spend on a result
-nobody will read (its job is re-queued by the next worker)."""
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    job_id: str
-    run_id: str
-    model: str | None
-    stubs: dict[str, str]
-    policy: str = "exact"
-
-
-@dataclass(frozen=True)
-class ChildConfig:
-    settings: WorkerSettings
-    clock: Clock
-    """Must pickle (a module-level function or object): each replay process gets a copy."""
-
-
-def _child_entry(conn: Connection, lifeline: Connection, config: ChildConfig) -> None:
-    from replay_worker.child import child_main  # preloaded by the fork server: no cost
-
-    child_main(conn, lifeline, config)
-
-
 _JOIN_TIMEOUT_S = 10.0
 _start_lock = threading.Lock()
-
-
-def default_context() -> BaseContext:
-    """The fork server where there is one (Linux, macOS), spawn elsewhere; never plain fork
-    (the worker's process runs threads: uvicorn, gRPC, the collector under ``afr up``)."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(_PRELOAD)  # no effect once the server runs
-        return context
-    return multiprocessing.get_context("spawn")
 
 
 @dataclass(frozen=True)
@@ -176,7 +123,7 @@ class ReplayPool:
         parent_conn, child_conn = self._context.Pipe(duplex=True)
         lifeline_read, lifeline_write = self._context.Pipe(duplex=False)
         process = self._context.Process(  # type: ignore[attr-defined]
-            target=_child_entry,
+            target=CHILD_ENTRY,  # named: replay_worker.child loads the SDK (protocol.py)
             args=(child_conn, lifeline_read, self._config),
             name="afr-replay",
             daemon=True,

@@ -1,4 +1,5 @@
-"""When sweeps run: the cron schedule, its slots, and the worker's loop that runs them.
+"""When sweeps run: the cron schedule, its slots (both in ``schedule.py``), and the worker's
+loop that runs them.
 
 A schedule is a five-field cron expression (Debian cron semantics, including its handling
 of DST changes, through ``cronsim``) read in a time zone: ``AFR_SWEEP_TZ``, or a
@@ -19,42 +20,36 @@ queued or abandoned (a hook's, a dead worker's), and runs it in a sweep process
 missed slot is caught up. Time comes from an injected clock and sleep: tests move time
 without waiting for it.
 
-Nothing here imports the Agents SDK: the sweep itself runs in its own process
-(``replay_worker.sweeps``), as replays do.
+Nothing here imports the Agents SDK: the sweep itself runs in its own process, started at
+``replay_worker.sweeps`` by name (``protocol.SWEEP_ENTRY``), as replays are.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronsim import CronSim, CronSimError
-
-from replay_worker.state import Clock, Owner, StateStore, Sweep
+from replay_worker.money import Clock
+from replay_worker.protocol import SWEEP_ENTRY, ChildConfig, SweepTask, default_context
+from replay_worker.schedule import Schedule, Slot, utc_label
+from replay_worker.state import Owner, StateStore, Sweep
 
 __all__ = [
     "ExecutionResult",
     "ProcessSweepExecutor",
-    "Schedule",
-    "Slot",
     "SweepExecutor",
     "SweepScheduler",
-    "SweepTask",
-    "manual_slot",
-    "parse_schedule",
 ]
 
 logger = logging.getLogger("afr.worker.sweeps")
@@ -68,113 +63,7 @@ POLL_S = 5.0
 another worker, or left by a dead one."""
 
 
-@dataclass(frozen=True)
-class Slot:
-    """A sweep slot: its derived id and its label (the instant in UTC for a slot of the
-    schedule, the given label for a manual one)."""
-
-    sweep_id: str
-    label: str
-    at: datetime | None = None
-    """The scheduled instant (UTC); None for a manual slot."""
-
-
-def _utc_label(instant: datetime) -> str:
-    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _digest(text: str) -> str:
-    return "sweep_" + hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def manual_slot(label: str) -> Slot:
-    return Slot(_digest(f"manual|{label}"), label)
-
-
-class Schedule:
-    """A parsed cron expression in its time zone (``parse_schedule`` builds one)."""
-
-    def __init__(self, cron: str, zone: ZoneInfo) -> None:
-        self.cron = cron
-        self.zone = zone
-
-    def __repr__(self) -> str:
-        return f"Schedule({self.cron!r}, {self.zone.key!r})"
-
-    def slot(self, at: datetime) -> Slot:
-        label = _utc_label(at)
-        return Slot(_digest(f"{self.cron}|{label}"), label, at.astimezone(UTC))
-
-    def latest(self, now: datetime) -> datetime:
-        """The latest instant of the schedule at or before ``now`` (UTC)."""
-        start = now.astimezone(self.zone).replace(microsecond=0) + timedelta(seconds=1)
-        return next(CronSim(self.cron, start, reverse=True)).astimezone(UTC)
-
-    def next(self, now: datetime) -> datetime:
-        """The first instant of the schedule after ``now`` (UTC)."""
-        return next(CronSim(self.cron, now.astimezone(self.zone))).astimezone(UTC)
-
-    def due(self, now: datetime, catchup_s: float) -> Slot | None:
-        """The slot to run at ``now``: the latest one, unless it is more than ``catchup_s``
-        old (missed while no worker ran, for too long: the next one is the one to run)."""
-        latest = self.latest(now)
-        if (now - latest).total_seconds() > catchup_s:
-            return None
-        return self.slot(latest)
-
-    def is_instant(self, moment: datetime) -> bool:
-        return moment.second == 0 and moment.microsecond == 0 and self.latest(moment) == moment
-
-    def resolve(self, label: str) -> Slot:
-        """A slot named by a person: an ISO 8601 instant of this schedule (with its offset,
-        or ``Z``) is that scheduled slot; any other label is a manual slot of its own."""
-        try:
-            moment = datetime.fromisoformat(label)
-        except ValueError:
-            return manual_slot(label)
-        try:
-            if moment.tzinfo is not None and self.is_instant(moment.astimezone(UTC)):
-                return self.slot(moment)
-        except OverflowError:  # at the edge of what a datetime holds: no instant of ours
-            pass
-        return manual_slot(label)
-
-
-def parse_schedule(expression: str, zone: str | None = None) -> Schedule:
-    """``expression``: five cron fields, optionally after ``CRON_TZ=<zone>``; ``zone``: an
-    IANA name. Raises ValueError saying what is wrong."""
-    fields = expression.split()
-    expression_zone: str | None = None
-    if fields and fields[0].startswith(("CRON_TZ=", "TZ=")):
-        expression_zone = fields.pop(0).split("=", 1)[1]
-    if expression_zone and zone and expression_zone != zone:
-        raise ValueError(
-            f"the sweep cron expression says CRON_TZ={expression_zone} but AFR_SWEEP_TZ is {zone}"
-        )
-    name = expression_zone or zone or "UTC"
-    try:
-        tz = ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {name!r} for sweeps") from None
-    cron = " ".join(fields)
-    try:
-        next(CronSim(cron, datetime(2000, 1, 1, tzinfo=tz)))
-    except CronSimError as exc:
-        raise ValueError(f"bad sweep cron expression {expression!r}: {exc}") from None
-    except StopIteration:
-        raise ValueError(f"the sweep cron expression {expression!r} never fires") from None
-    return Schedule(cron, tz)
-
-
 # -- running a sweep -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SweepTask:
-    """What a sweep process is given: the sweep it runs, and whose claim it runs under."""
-
-    sweep_id: str
-    owner: Owner
 
 
 @dataclass(frozen=True)
@@ -187,12 +76,6 @@ class ExecutionResult:
 SweepExecutor = Callable[[Sweep], Awaitable[ExecutionResult]]
 """Runs one claimed sweep to its end (the sweep records its results and finishes itself in
 the store) and says how it ended."""
-
-
-def _sweep_entry(conn: Connection, lifeline: Connection, config: Any, task: SweepTask) -> None:
-    from replay_worker.sweeps import sweep_process_main  # the SDK loads here, not in the worker
-
-    sweep_process_main(conn, lifeline, config, task)
 
 
 def _death(process: BaseProcess) -> str:
@@ -216,10 +99,12 @@ class ProcessSweepExecutor:
     the worker dies. ``config`` is the replay pool's ``ChildConfig``."""
 
     def __init__(
-        self, config: Any, owner: Owner, timeout_s: float, context: BaseContext | None = None
+        self,
+        config: ChildConfig,
+        owner: Owner,
+        timeout_s: float,
+        context: BaseContext | None = None,
     ) -> None:
-        from replay_worker.pool import default_context
-
         self._config = config
         self._owner = owner
         self._timeout_s = timeout_s
@@ -235,7 +120,7 @@ class ProcessSweepExecutor:
         parent_conn, child_conn = self._context.Pipe(duplex=False)
         lifeline_read, lifeline_write = self._context.Pipe(duplex=False)
         process = self._context.Process(  # type: ignore[attr-defined]
-            target=_sweep_entry,
+            target=SWEEP_ENTRY,  # named: replay_worker.sweeps loads the SDK (protocol.py)
             args=(child_conn, lifeline_read, self._config, task),
             name="afr-sweep",
             daemon=True,
@@ -371,7 +256,7 @@ class SweepScheduler:
             "enabled": self._enabled,
             "cron": self.schedule.cron,
             "zone": self.schedule.zone.key,
-            "next_slot": _utc_label(self.schedule.next(now)) if self._enabled else None,
+            "next_slot": utc_label(self.schedule.next(now)) if self._enabled else None,
             "running": self.running.sweep_id if self.running is not None else None,
             "counts": counts,
             "last": last.to_json() if last is not None else None,

@@ -10,9 +10,11 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from afr.settings_sources import SecretsDirSettings
+from afr_common.settings_sources import SecretsDirSettings
+from afr_common.urls import redact_url
 from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
-from replay_worker.state_engines import POSTGRES_SCHEMES, redact_url
+from replay_worker.schedule import parse_schedule
+from replay_worker.state_engines import POSTGRES_SCHEMES
 
 __all__ = ["DEFAULT_PRICES_PER_MTOK", "WorkerSettings"]
 
@@ -132,8 +134,6 @@ class WorkerSettings(SecretsDirSettings):
 
     @model_validator(mode="after")
     def _sweep_schedule(self) -> WorkerSettings:
-        from replay_worker.scheduler import parse_schedule  # no cycle: it imports no settings
-
         parse_schedule(self.sweep_cron, self.sweep_tz)  # fail at start-up, with the reason
         return self
 

@@ -1,7 +1,7 @@
 """The two engines under the worker's state store (ADR 12): SQLite, one file on one machine
 (the default), and PostgreSQL, shared by worker replicas on several hosts.
 
-The store's logic (``replay_worker/state.py``) is written once, as transactions of plain SQL
+The store's logic (``replay_worker/state/``) is written once, as transactions of plain SQL
 (``?`` placeholders, no literal ``?`` or ``%``); an engine runs each one atomically:
 
 - SQLite: ``BEGIN IMMEDIATE`` takes the file's write lock at the first statement, so every
@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from afr.settings_sources import redact_url
+from afr_common.urls import redact_url
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # loaded when a PostgreSQL state opens: the SQLite default never pays for it
     import psycopg
 
 __all__ = [
@@ -45,7 +45,6 @@ __all__ = [
     "StateSchemaTooNew",
     "StateStoreUnavailable",
     "Tx",
-    "redact_url",
 ]
 
 T = TypeVar("T")

@@ -55,10 +55,11 @@ from afr_exporter.semconv import (
 )
 from replay_worker.evals.contract import EvalDocument, EvalFileError, load_eval
 from replay_worker.evals.runner import EvalOutcome, EvalSession, eval_trace_id
-from replay_worker.pool import EXIT_PARENT_GONE
-from replay_worker.scheduler import Slot, SweepTask, manual_slot, parse_schedule
+from replay_worker.money import Clock
+from replay_worker.protocol import EXIT_PARENT_GONE, SweepTask
+from replay_worker.schedule import Slot, manual_slot, parse_schedule
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import Clock, Owner, StateStore, Sweep, open_state_store
+from replay_worker.state import Owner, StateStore, Sweep, open_state_store
 
 __all__ = [
     "STATUSES",

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from afr.grafana.panels import DATASOURCE_UID, DEFAULT_DATABASE, FOLDER, PLUGIN_ID
-from afr.settings_sources import redact_url
+from afr_common.urls import redact_url
 from collector.store.schema import TRACES_VIEW, TRACES_VIEW_TRACE_ID_TS
 
 __all__ = [

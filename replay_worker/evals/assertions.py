@@ -30,7 +30,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 import re2
@@ -50,9 +50,7 @@ from replay_worker.evals.contract import (
     ToolOrder,
 )
 from replay_worker.replay.calls import FAILED_OUTCOMES, canonical_arguments
-
-if TYPE_CHECKING:  # the engine runs the Agents SDK; checking what it observed does not
-    from replay_worker.replay.engine import ReplayResult
+from replay_worker.replay.result import ReplayResult
 
 __all__ = [
     "AssertionResult",

@@ -30,7 +30,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from replay_worker.evals.assertions import check
 from replay_worker.evals.contract import ASSERTION, EvalDocument
 from replay_worker.evals.synthesis import observed_from_run
+from replay_worker.ledger import DayBudget, JobLedger, LedgerModel
+from replay_worker.model_client import openai_model_factory
 from replay_worker.settings import WorkerSettings
+from replay_worker.state import open_state_store
 
 __all__ = ["ASSIST_INSTRUCTIONS", "AssistOutcome", "Proposals", "assist", "assist_with_settings"]
 
@@ -262,10 +265,6 @@ async def assist_with_settings(
 ) -> tuple[AssistOutcome, float]:
     """``assist`` through the worker's model client and ledger, on its state store (the
     day's budget is shared with replays); returns the outcome and what it cost (USD)."""
-    from replay_worker.ledger import DayBudget, JobLedger, LedgerModel
-    from replay_worker.model_client import openai_model_factory
-    from replay_worker.state import open_state_store
-
     name = assist_model_name(document, settings)
     store = open_state_store(settings)
     try:

@@ -47,10 +47,11 @@ from replay_worker.evals.assertions import AssertionResult, Observed, check_all
 from replay_worker.evals.contract import EvalDocument
 from replay_worker.ledger import BudgetExceeded, DayBudget, JobLedger, LedgerModel
 from replay_worker.model_client import openai_model_factory
+from replay_worker.money import Clock
 from replay_worker.replay.engine import ReplayResult, run_replay
 from replay_worker.replay.fixture import AgentSpec, Fixture, FixtureError, recorded_agent
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import Clock, open_state_store
+from replay_worker.state import open_state_store
 
 __all__ = [
     "EVAL_RESULT_SPAN",

@@ -121,7 +121,7 @@ class JobAccepted(BaseModel):
 
 
 class Job(BaseModel):
-    """A replay job (replay_worker/state.py ``Job.to_json``)."""
+    """A replay job (replay_worker/state/jobs.py ``Job.to_json``)."""
 
     job_id: str
     run_id: str
@@ -153,7 +153,7 @@ class SweepAccepted(BaseModel):
 
 
 class Sweep(BaseModel):
-    """A sweep (replay_worker/state.py ``Sweep.to_json``)."""
+    """A sweep (replay_worker/state/sweeps.py ``Sweep.to_json``)."""
 
     sweep_id: str
     slot: str

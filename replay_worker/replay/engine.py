@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from agents import (
@@ -36,53 +35,13 @@ from replay_worker.ledger import BudgetExceeded
 from replay_worker.replay.calls import FAILED_OUTCOMES
 from replay_worker.replay.fixture import Fixture
 from replay_worker.replay.output import CapturedOutputSchema
+from replay_worker.replay.result import ReplayResult
 from replay_worker.replay.stubs import MatchPolicy, StubRegistry
 from replay_worker.replay.verdict import first_divergence, judge
 
 __all__ = ["ReplayResult", "run_replay"]
 
 ModelFactory = Callable[[str], Model]
-
-
-@dataclass
-class ReplayResult:
-    replay_run_id: str
-    verdict: str
-    reason: str
-    approximate: bool
-    replay_failed: bool
-    final_output: str | None
-    error: str | None
-    first_divergence: dict[str, Any] | None
-    unavailable: list[dict[str, Any]] = field(default_factory=list)
-    stubbed: list[dict[str, Any]] = field(default_factory=list)
-    invocations: list[dict[str, Any]] = field(default_factory=list)
-    # What happened, as assertions check it: handoffs taken (from, to), model calls (turns),
-    # guardrails run, the final output as JSON, wall time.
-    handoffs: list[tuple[str, str]] = field(default_factory=list)
-    turns: int = 0
-    guardrails: list[dict[str, Any]] = field(default_factory=list)
-    final_output_json: Any = None
-    duration_s: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "replay_run_id": self.replay_run_id,
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "approximate": self.approximate,
-            "replay_failed": self.replay_failed,
-            "final_output": self.final_output,
-            "error": self.error,
-            "first_divergence": self.first_divergence,
-            "unavailable": self.unavailable,
-            "stubbed": self.stubbed,
-            "tool_calls": self.invocations,
-            "handoffs": [list(h) for h in self.handoffs],
-            "turns": self.turns,
-            "guardrails": self.guardrails,
-            "duration_s": round(self.duration_s, 3),
-        }
 
 
 class _Observer(RunHooks[Any]):

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from afr.cli import build_parser
-from replay_worker.evals.command import parse_shard
+from replay_worker.eval_run import parse_shard
 from tests.deploy.settings_env import MODELS, env_names
 
 ROOT = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"

@@ -20,12 +20,12 @@ from junitparser import Failure, JUnitXml, Skipped
 from afr.cli import main
 from afr.incident import failing_script, fixed_script
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
-from replay_worker.evals import command
-from replay_worker.evals.command import slot_sweep_id
+from replay_worker import eval_run as command
+from replay_worker.eval_run import slot_sweep_id
 from replay_worker.evals.contract import EvalDocument, ReplaySpec, write_eval
 from replay_worker.evals.runner import eval_trace_id
 from replay_worker.evals.synthesis import synthesize
-from replay_worker.scheduler import parse_schedule
+from replay_worker.schedule import parse_schedule
 from replay_worker.settings import WorkerSettings
 from replay_worker.state import StateStore, StateStoreUnavailable
 from replay_worker.sweeps import sweep_trace_id

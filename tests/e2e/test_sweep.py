@@ -30,7 +30,7 @@ from replay_worker.evals.contract import EvalDocument, write_eval
 from replay_worker.evals.runner import eval_trace_id
 from replay_worker.evals.synthesis import synthesize
 from replay_worker.hooks.signature import generate_secret
-from replay_worker.scheduler import manual_slot
+from replay_worker.schedule import manual_slot
 from replay_worker.settings import WorkerSettings
 from replay_worker.state import StateStore
 from replay_worker.sweeps import sweep_trace_id

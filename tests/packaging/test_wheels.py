@@ -74,9 +74,9 @@ def test_exporter_wheel_requires_only_the_sdk_and_otel(wheels: Wheels) -> None:
     assert not {n for n in named if n in SERVER_ONLY}, "server dependencies, even as extras"
 
 
-def test_server_wheel_holds_exactly_afr_collector_and_replay_worker(wheels: Wheels) -> None:
+def test_server_wheel_holds_exactly_the_four_server_packages(wheels: Wheels) -> None:
     assert wheels.server.top_level() == SERVER_PACKAGES
-    # Every file of the three packages ships, data files included: a sub-package without an
+    # Every file of the four packages ships, data files included: a sub-package without an
     # __init__.py, or a data file left out of package-data, would be missing here.
     assert _dist_info_free(wheels.server.names()) == package_files(wheels.source, SERVER_PACKAGES)
 
@@ -122,7 +122,7 @@ if __name__ == "__main__":
     from afr.cli import main
 
     code = main(["demo", "--data-dir", sys.argv[1]])
-    owned = ("afr", "collector", "replay_worker", "afr_exporter")
+    owned = ("afr", "afr_common", "collector", "replay_worker", "afr_exporter")
     origins = {{
         name: getattr(module, "__file__", None)
         for name, module in list(sys.modules.items())

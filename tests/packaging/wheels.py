@@ -26,7 +26,7 @@ from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[2]
 EXPORTER_PROJECT = REPO / "exporter"
-SERVER_PACKAGES = frozenset({"afr", "collector", "replay_worker"})
+SERVER_PACKAGES = frozenset({"afr", "afr_common", "collector", "replay_worker"})
 EXPORTER_PACKAGE = "afr_exporter"
 BUILD_TIMEOUT_S = 300
 

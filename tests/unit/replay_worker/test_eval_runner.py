@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from junitparser import Error, Failure, JUnitXml, Skipped
 
+from replay_worker.eval_run import parse_shard, render_table
 from replay_worker.evals.assertions import AssertionResult
-from replay_worker.evals.command import parse_shard, render_table
 from replay_worker.evals.junit import write_junit
 from replay_worker.evals.runner import (
     AgentLoadError,

@@ -19,14 +19,8 @@ from replay_worker.app import ReplayWorker
 from replay_worker.evals.contract import EvalDocument, write_eval
 from replay_worker.evals.runner import EvalOutcome, eval_trace_id
 from replay_worker.hooks.signature import generate_secret
-from replay_worker.scheduler import (
-    ExecutionResult,
-    Schedule,
-    Slot,
-    SweepScheduler,
-    manual_slot,
-    parse_schedule,
-)
+from replay_worker.schedule import Schedule, Slot, manual_slot, parse_schedule
+from replay_worker.scheduler import ExecutionResult, SweepScheduler
 from replay_worker.settings import WorkerSettings
 from replay_worker.state import SWEEP_MAX_ATTEMPTS, Owner, ShardMismatch, StateStore, Sweep
 from replay_worker.sweeps import SweepLost, SweepSummary, run_sweep, sweep_trace_id

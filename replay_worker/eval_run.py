@@ -36,7 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from agents.tracing import set_trace_processors
+
+import afr_exporter
 from replay_worker.evals.contract import EvalDocument, EvalFileError, load_evals
+from replay_worker.evals.junit import write_junit
 from replay_worker.evals.runner import (
     AgentLoadError,
     EvalOutcome,
@@ -45,8 +49,9 @@ from replay_worker.evals.runner import (
     load_agent,
     shard,
 )
+from replay_worker.protocol import default_context
 from replay_worker.replay.fixture import AgentSpec
-from replay_worker.scheduler import parse_schedule
+from replay_worker.schedule import parse_schedule
 from replay_worker.settings import WorkerSettings
 from replay_worker.state import (
     ShardMismatch,
@@ -183,8 +188,6 @@ def _exporting(settings: WorkerSettings, wanted: bool) -> bool:
 
 
 def _install_exporter(settings: WorkerSettings) -> Any:
-    import afr_exporter
-
     key = settings.collector_key.get_secret_value() if settings.collector_key else None
     headers = {"authorization": f"Bearer {key}"} if key else None
     return afr_exporter.install(endpoint=settings.collector_otlp_endpoint, headers=headers)
@@ -192,8 +195,6 @@ def _install_exporter(settings: WorkerSettings) -> Any:
 
 def _no_tracing_upload() -> None:
     """No collector: the SDK's default processor would upload the eval runs to OpenAI."""
-    from agents.tracing import set_trace_processors
-
     set_trace_processors([])
 
 
@@ -275,8 +276,6 @@ def _run_in_processes(
     on_done: Callable[[EvalOutcome], None],
     exported: _Exported,
 ) -> list[EvalOutcome]:
-    from replay_worker.pool import default_context
-
     finished: dict[int, EvalOutcome] = {}
     with ProcessPoolExecutor(
         max_workers=workers,
@@ -428,8 +427,6 @@ def run_command(
             print(render_table(outcomes), file=out)
         print(_summary(outcomes, wall_s), file=out)
     if options.junit is not None:
-        from replay_worker.evals.junit import write_junit
-
         write_junit(
             options.junit,
             outcomes,

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SecretsSettingsSource
 
-__all__ = ["SecretsDirSettings", "redact_url"]
+__all__ = ["SecretsDirSettings"]
 
 
 class SecretsDirSettings(BaseSettings):
@@ -41,25 +40,3 @@ class SecretsDirSettings(BaseSettings):
             prefix = str(cls.model_config.get("env_prefix") or "").upper()
             raise ValueError(f"{prefix}SECRETS_DIR: {value} is not a directory")
         return value
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its password (in the user part or a ``password=`` parameter)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<a URL that does not parse>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hosts = netloc.rpartition("@")
-        user, colon, _ = userinfo.partition(":")
-        netloc = f"{user}{':***' if colon else ''}@{hosts}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = "&".join(
-            f"{quote(k)}={'***' if k.lower().endswith('password') else quote(v)}" for k, v in pairs
-        )
-    if (netloc, query) == (parts.netloc, parts.query):
-        return url  # nothing to hide: as given (urlunsplit drops the // of chdb:///path)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
