@@ -1,7 +1,7 @@
 """The canonical span the pipeline carries, and its mapping onto ClickHouse columns.
 
-Every OTel ``otel_traces`` column (REFERENCE.md §5) keeps its name and meaning; the agent
-columns sit beside them (DESIGN.md decision 2). Large bodies never live in the attribute
+Every OTel ``otel_traces`` column (docs/reference.md §5) keeps its name and meaning; the agent
+columns sit beside them (docs/architecture.md, decision 2). Large bodies never live in the attribute
 maps: the normalizer moves the run's input/output into ``Input``/``Output`` (remembering
 which attribute each came from) and any other oversized attribute into ``BodyAttributes``,
 so the original attributes can always be put back together (``original_attributes``).

@@ -1,4 +1,4 @@
-"""Cost is bounded before it is spent (DESIGN.md decision 9).
+"""Cost is bounded before it is spent (docs/architecture.md, decision 9).
 
 Every model call of the worker goes through ``LedgerModel``: it reserves the worst-case cost
 of the request (input at one token per character, output at the call's ``max_tokens``,

@@ -1,7 +1,7 @@
 """Hostile inputs: what the collector must refuse, or bound, without harm to good traffic.
 
 Each builder makes one ``Request`` with the outcomes the collector's documented behaviour
-allows (README, "OTLP semantics"; OTLP specification). Spans they carry come from trace
+allows (docs/collector.md, "OTLP semantics"; OTLP specification). Spans they carry come from trace
 numbers far above any good trace's (``HOSTILE_TRACE_BASE``), with the run's ids, so the
 validator recognises them: refused ones must be absent from the store, acknowledged ones
 present. None of them may be answered with a server error, and the good traffic around them

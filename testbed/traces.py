@@ -549,7 +549,7 @@ def message_json(request: ExportTraceServiceRequest) -> bytes:
 
 
 def attribute_text(value: AttrValue) -> str:
-    """An attribute as the store's ``Map(String, String)`` keeps it (README: values come back
+    """An attribute as the store's ``Map(String, String)`` keeps it (docs/collector.md: values come back
     as strings): ints in decimal, booleans as true/false, arrays as compact JSON."""
     if isinstance(value, bool):
         return "true" if value else "false"

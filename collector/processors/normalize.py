@@ -1,6 +1,6 @@
 """Normalize: one canonical agent span model, whatever instrumentation sent the span.
 
-Recognised dialects (REFERENCE.md §3): afr's own exporter, OpenInference, OpenLLMetry
+Recognised dialects (docs/reference.md §3): afr's own exporter, OpenInference, OpenLLMetry
 (Traceloop), the OTel contrib ``-v2`` instrumentation, Pydantic Logfire, and plain OTel
 GenAI conventions. Each dialect is one small function that fills the canonical fields from
 the span's attributes; the first whose marker attribute is present wins. Unknown spans are
@@ -95,7 +95,7 @@ _CONTRIB_SCOPE = "opentelemetry.instrumentation.openai_agents"
 _CONTRIB_PLACEHOLDER_AGENT = "OpenAI Agent"
 _CONTRIB_UNKNOWN = "unknown"  # contrib -v2's operation for SDK spans it has no name for
 _HANDOFF_TOOL_PREFIX = "transfer_to_"
-# The Agents SDK's span error messages (agents/ SpanError, REFERENCE.md §1): the canonical
+# The Agents SDK's span error messages (agents/ SpanError, docs/reference.md §1): the canonical
 # ErrorType of a failure, whatever an instrumentation appended or wrapped around them.
 _SDK_ERROR_MESSAGES = (
     "Error running tool (non-fatal)",

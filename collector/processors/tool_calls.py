@@ -1,6 +1,6 @@
 """Tool-call ids: joined from the model span that requested the call onto the tool span.
 
-No instrumentation but afr's own puts the id on the tool span (REFERENCE.md §3): it sits on
+No instrumentation but afr's own puts the id on the tool span (docs/reference.md §3): it sits on
 the model span, in the model's output (OpenInference ``llm.output_messages.*``, GenAI
 ``gen_ai.output.messages``, Logfire ``response``/``output``, contrib's Python reprs) and in
 the conversation later model spans were given (their input). The join is a pure function of

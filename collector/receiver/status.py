@@ -1,4 +1,4 @@
-"""The one place pipeline outcomes become gRPC codes and HTTP statuses (REFERENCE.md §4)."""
+"""The one place pipeline outcomes become gRPC codes and HTTP statuses (docs/reference.md §4)."""
 
 from __future__ import annotations
 

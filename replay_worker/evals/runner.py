@@ -115,7 +115,7 @@ class EvalOutcome:
 
 def eval_trace_id(sweep_id: str | None, eval_id: str) -> str:
     """The eval run's trace id: derived from the sweep and the eval, so a sweep slot that
-    runs again writes the same run (DESIGN.md decision 11); random outside a sweep."""
+    runs again writes the same run (docs/architecture.md, decision 11); random outside a sweep."""
     if sweep_id is None:
         return gen_trace_id()
     return "trace_" + hashlib.sha256(f"{sweep_id}:{eval_id}".encode()).hexdigest()[:32]

@@ -1,5 +1,5 @@
 """Synthesis: from a ``FAILURE_FIXED`` replay and its source run, the eval that keeps the
-failure fixed (DESIGN.md decision 8).
+failure fixed (docs/architecture.md, decision 8).
 
 ``synthesize`` is pure: the two runs as the collector's read API returns them (``{"run":
 summary, "spans": [...]}``) in, an ``afr.eval/v1`` document out; the same runs always give

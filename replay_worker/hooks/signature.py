@@ -1,4 +1,4 @@
-"""Standard Webhooks signatures (REFERENCE.md §7) for ``POST /hooks/replay``.
+"""Standard Webhooks signatures (docs/reference.md §7) for ``POST /hooks/replay``.
 
 Signed content: ``"{webhook-id}.{webhook-timestamp}.{raw body}"``, HMAC-SHA256, base64, in
 ``webhook-signature: v1,<sig>`` (several space-separated during secret rotation). The secret

@@ -1,4 +1,4 @@
-"""Stand-in tools: the deterministic boundary of a replay (DESIGN.md decision 7).
+"""Stand-in tools: the deterministic boundary of a replay (docs/architecture.md, decision 7).
 
 A replay never runs a real tool. Each stand-in has the captured tool's name, description and
 JSON schema. An invocation is answered from what was captured:

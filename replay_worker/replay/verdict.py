@@ -1,4 +1,4 @@
-"""Verdicts are computed, not judged (DESIGN.md decision 7).
+"""Verdicts are computed, not judged (docs/architecture.md, decision 7).
 
 Five verdicts: whether the source failed, whether the replay failed, and ``INCONCLUSIVE``
 when the replay depended on something unknown — a tool output that was never captured and

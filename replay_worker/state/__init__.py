@@ -1,4 +1,4 @@
-"""The worker's small state (DESIGN.md decision 11): jobs, webhook-id deduplication, the
+"""The worker's small state (docs/architecture.md, decision 11): jobs, webhook-id deduplication, the
 day's spend and sweep slots. By default one SQLite file under the worker's data directory,
 for one machine; with ``AFR_WORKER_STATE_URL``, a PostgreSQL database that worker replicas on
 several hosts share (ADR 12; the engines are in ``state_engines.py``). One module per

@@ -238,7 +238,7 @@ def requests(
 
 
 def _well_formed(fields: dict[str, Any]) -> bool:
-    """OTLP's per-span rules as the README states them, written out independently."""
+    """OTLP's per-span rules as docs/collector.md states them, written out independently."""
     trace_id, span_id, parent = fields["trace_id"], fields["span_id"], fields["parent_span_id"]
     return (
         MIN_TIME_NS <= fields["start"] < MAX_TIME_NS

@@ -1,6 +1,6 @@
 """Attribute names the bridge writes: OTel GenAI conventions first, ``afr.*`` for the rest.
 
-The GenAI names follow opentelemetry-semantic-conventions 0.66b2 (see REFERENCE.md §2).
+The GenAI names follow opentelemetry-semantic-conventions 0.66b2 (see docs/reference.md §2).
 Everything the conventions have no name for (handoffs, guardrails, the SDK's own ids, trace
 metadata, run kind) is an ``afr.*`` attribute defined here and nowhere else, so the
 collector's normalizer and the replay worker read the same names the exporter writes.

@@ -1,4 +1,4 @@
-"""What needs no model runs without the Agents SDK (DESIGN.md decision 13): the worker's own
+"""What needs no model runs without the Agents SDK (docs/architecture.md, decision 13): the worker's own
 process serves its hooks and synthesizes evals from two stored runs without loading it, and
 so does ``afr eval synthesize``, which would otherwise spend seconds importing it."""
 
