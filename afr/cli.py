@@ -486,7 +486,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> int:
-    from afr.runs_cli import run_command
+    from afr.runs.cli import run_command
 
     return run_command(args)
 
@@ -708,7 +708,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--ttl-days", type=int, help="default AFR_TTL_DAYS (none)")
     schema.set_defaults(func=_schema)
 
-    from afr.runs_cli import add_runs_parser  # stdlib only at import: cheap for every command
+    from afr.runs.parser import add_runs_parser  # stdlib only at import: cheap for every command
 
     add_runs_parser(commands).set_defaults(func=_runs)  # afr runs list|show|tail
 
