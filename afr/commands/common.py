@@ -1,6 +1,6 @@
-"""What several command groups share: the ``--data-dir`` flag, the collector's settings from
-the flags, the data directory the replay worker keeps its state in, and loading the Agents
-SDK."""
+"""What several command groups share: the ``--data-dir`` flag and the data directory it
+names, the collector's settings from the flags, where the replay worker keeps its state, and
+loading the Agents SDK."""
 
 from __future__ import annotations
 
@@ -13,11 +13,52 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_data_dir_flag", "collector_settings", "loading_the_sdk"]
+__all__ = [
+    "WORKER_DATA_DIR_ENV",
+    "add_data_dir_flag",
+    "collector_settings",
+    "data_dir",
+    "loading_the_sdk",
+    "worker_data_dir",
+    "worker_data_dir_set",
+]
+
+WORKER_DATA_DIR_ENV = "AFR_WORKER_DATA_DIR"
 
 
 def add_data_dir_flag(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--data-dir", type=Path, help="default ./.afr/data (AFR_DATA_DIR)")
+
+
+def data_dir(flag: Path | None) -> Path:
+    """``--data-dir``, else as the collector resolves it (``AFR_DATA_DIR``, ``./.afr/data``)."""
+    if flag is not None:
+        return flag
+    from collector.settings import CollectorSettings
+
+    return CollectorSettings().data_dir
+
+
+def worker_data_dir(directory: Path) -> Path | None:
+    """Where the replay worker of the data directory ``directory`` keeps its state (jobs, the
+    day's spend, sweep slots): ``<directory>/worker``, as ``afr up`` starts it. None when
+    ``AFR_WORKER_DATA_DIR`` names one: that wins for every command."""
+    return None if WORKER_DATA_DIR_ENV in os.environ else directory / "worker"
+
+
+@contextlib.contextmanager
+def worker_data_dir_set(directory: Path | None) -> Iterator[None]:
+    """``AFR_WORKER_DATA_DIR`` set to ``directory`` while the block runs (nothing when None),
+    for code that builds the worker's settings from the environment itself, and for the
+    processes it starts, which inherit it."""
+    if directory is None:
+        yield
+        return
+    os.environ[WORKER_DATA_DIR_ENV] = str(directory)
+    try:
+        yield
+    finally:
+        os.environ.pop(WORKER_DATA_DIR_ENV, None)
 
 
 def collector_settings(args: argparse.Namespace) -> Any:

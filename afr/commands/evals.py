@@ -8,7 +8,13 @@ import os
 import sys
 from pathlib import Path
 
-from afr.commands.common import add_data_dir_flag, loading_the_sdk
+from afr.commands.common import (
+    add_data_dir_flag,
+    data_dir,
+    loading_the_sdk,
+    worker_data_dir,
+    worker_data_dir_set,
+)
 
 __all__ = ["add_eval_parser"]
 
@@ -93,6 +99,12 @@ def add_eval_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser
     run_evals.add_argument(
         "--no-export", action="store_true", help="do not write the eval runs to the collector"
     )
+    run_evals.add_argument(
+        "--data-dir",
+        type=Path,
+        help="the day's spend and sweep slots are the worker's of this data directory, "
+        "<data dir>/worker (default ./.afr/data: AFR_DATA_DIR; AFR_WORKER_DATA_DIR wins)",
+    )
     run_evals.set_defaults(func=_eval_run)
 
 
@@ -170,6 +182,13 @@ def _eval_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"afr eval run: {exc}", file=sys.stderr)
         return 2
+    try:
+        # The worker's state, as `afr up` starts it, holds the day's spend: one day budget
+        # for the worker's replays and these evals.
+        worker_dir = worker_data_dir(data_dir(args.data_dir))
+    except ValueError as exc:  # an invalid AFR_* setting: say which, not the whole report
+        print(f"afr eval run: settings: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
     options = RunOptions(
         paths=args.paths or [WorkerSettings().evals_dir],
         agent=args.agent,
@@ -184,7 +203,10 @@ def _eval_run(args: argparse.Namespace) -> int:
         export=not args.no_export,
         list_only=args.list,
     )
-    return run_command(options)
+    # run_command builds the worker's settings from the environment (and so do the eval
+    # processes it starts).
+    with worker_data_dir_set(worker_dir):
+        return run_command(options)
 
 
 def _eval_schema(args: argparse.Namespace) -> int:

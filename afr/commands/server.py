@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from afr.commands.common import add_data_dir_flag, collector_settings
+from afr.commands.common import add_data_dir_flag, collector_settings, worker_data_dir
 
 __all__ = ["add_up_parser", "add_worker_parser"]
 
@@ -141,8 +141,9 @@ async def _start_worker(settings: Any, collector: Any) -> tuple[Any, Any, Any, i
         overrides["collector_key"] = read_local_key(settings.data_dir)
     if "AFR_WORKER_WEBHOOK_SECRET" not in os.environ:
         overrides["webhook_secret"] = ensure_webhook_secret(settings.data_dir)
-    if "AFR_WORKER_DATA_DIR" not in os.environ:
-        overrides["data_dir"] = settings.data_dir / "worker"
+    worker_dir = worker_data_dir(settings.data_dir)
+    if worker_dir is not None:
+        overrides["data_dir"] = worker_dir
     worker = ReplayWorker(WorkerSettings(**overrides))
     server, task, port = await worker.serve()
     return worker, server, task, port

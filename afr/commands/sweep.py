@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from afr.commands.common import add_data_dir_flag, loading_the_sdk
+from afr.commands.common import add_data_dir_flag, data_dir, loading_the_sdk, worker_data_dir
 
 __all__ = ["add_sweep_parser"]
 
@@ -43,7 +43,6 @@ def _sweep_run(args: argparse.Namespace) -> int:
     import json
 
     from afr.local import read_local_key
-    from collector.settings import CollectorSettings
     from replay_worker.settings import WorkerSettings
 
     with loading_the_sdk():
@@ -52,11 +51,12 @@ def _sweep_run(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
     if args.evals is not None:
         overrides["evals_dir"] = args.evals
-    data_dir = args.data_dir or CollectorSettings().data_dir
-    if "AFR_WORKER_DATA_DIR" not in os.environ:  # the state `afr up`'s worker uses
-        overrides["data_dir"] = data_dir / "worker"
+    directory = data_dir(args.data_dir)
+    worker_dir = worker_data_dir(directory)
+    if worker_dir is not None:  # the state `afr up`'s worker uses
+        overrides["data_dir"] = worker_dir
     if "AFR_WORKER_COLLECTOR_KEY" not in os.environ:
-        overrides["collector_key"] = read_local_key(data_dir)
+        overrides["collector_key"] = read_local_key(directory)
     try:
         settings = WorkerSettings(**overrides)
     except ValueError as exc:
