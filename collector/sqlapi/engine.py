@@ -21,12 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.sqlapi.errors import Code, SqlError, from_engine
-from collector.sqlapi.policy import (
-    OutputFormat,
-    check_statement,
-    denied_functions,
-    output_format,
-)
+from collector.sqlapi.formats import OutputFormat, output_format
+from collector.sqlapi.policy import check_statement, denied_functions
 from collector.sqlapi.tenancy import (
     PROJECT_COLUMN,
     TABLE_FUNCTIONS,
