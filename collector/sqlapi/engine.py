@@ -170,7 +170,7 @@ class ReadOnlyEngine:
     def _connect(self, settings: Sequence[tuple[str, str]]) -> Any:
         import chdb
 
-        # Names and values were validated (policy.resolve_options): none holds '&', '=', '%'.
+        # Names and values were validated (options.resolve_options): none holds '&', '=', '%'.
         query = "&".join(f"{name}={value}" for name, value in settings)
         connect: Any = chdb.connect  # untyped in chdb
         return connect(f"{self._path}?{query}")
