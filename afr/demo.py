@@ -203,7 +203,9 @@ def _terminal_views(collector: Any, key: str, run_id: str) -> None:
     """The same runs as ``afr runs list`` and ``afr runs show`` print them, indented."""
     from dataclasses import replace
 
-    from afr.runs_cli import RunsApiError, RunsClient, list_lines, show_lines, terminal_for
+    from afr.runs.cli import list_lines, show_lines
+    from afr.runs.client import RunsApiError, RunsClient
+    from afr.runs.terminal import terminal_for
 
     term = terminal_for(sys.stdout, os.environ)
     term = replace(term, width=term.width - 3)

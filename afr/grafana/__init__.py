@@ -1,7 +1,7 @@
 """afr in Grafana: four dashboards over the store, and ``afr grafana push``.
 
-- ``dashboards``  the dashboards as Grafana's JSON model (``dashboards/*.json`` are written
-  from it: ``python -m afr.grafana.dashboards``);
+- ``dashboards``  the dashboards as Grafana's JSON model, a module each (``dashboards/*.json``
+  are written from it: ``python -m afr.grafana.dashboards``);
 - ``queries``     the SQL they share and how it stays fast (docs/adr/0019);
 - ``panels``      builders for the JSON model;
 - ``interpolate`` what Grafana and the ClickHouse plugin do to a query before ClickHouse

@@ -21,12 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from collector.sqlapi.errors import Code, SqlError, from_engine
-from collector.sqlapi.policy import (
-    OutputFormat,
-    check_statement,
-    denied_functions,
-    output_format,
-)
+from collector.sqlapi.formats import OutputFormat, output_format
+from collector.sqlapi.policy import check_statement, denied_functions
 from collector.sqlapi.tenancy import (
     PROJECT_COLUMN,
     TABLE_FUNCTIONS,
@@ -174,7 +170,7 @@ class ReadOnlyEngine:
     def _connect(self, settings: Sequence[tuple[str, str]]) -> Any:
         import chdb
 
-        # Names and values were validated (policy.resolve_options): none holds '&', '=', '%'.
+        # Names and values were validated (options.resolve_options): none holds '&', '=', '%'.
         query = "&".join(f"{name}={value}" for name, value in settings)
         connect: Any = chdb.connect  # untyped in chdb
         return connect(f"{self._path}?{query}")

@@ -43,15 +43,10 @@ from collector.sqlapi.admission import (
 from collector.sqlapi.credentials import Principal, SqlAuthenticator, ensure_sql_password
 from collector.sqlapi.engine import Catalog, ReadOnlyEngine, engine_path
 from collector.sqlapi.errors import Code, SqlError, http_status, render
+from collector.sqlapi.formats import DEFAULT_FORMAT
 from collector.sqlapi.native import transcode
-from collector.sqlapi.policy import (
-    DEFAULT_FORMAT,
-    Limits,
-    RequestOptions,
-    connection_settings,
-    refuse_writes,
-    resolve_options,
-)
+from collector.sqlapi.options import Limits, RequestOptions, connection_settings, resolve_options
+from collector.sqlapi.policy import refuse_writes
 
 __all__ = ["SqlInterface", "SqlStats"]
 

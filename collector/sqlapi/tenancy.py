@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from collector.sqlapi.errors import Code, SqlError
-from collector.sqlapi.policy import Token
+from collector.sqlapi.lexer import Token
 
 __all__ = [
     "GLOBAL_TABLES",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -27,7 +28,13 @@ from replay_worker.evals.runner import eval_trace_id
 from replay_worker.evals.synthesis import synthesize
 from replay_worker.schedule import parse_schedule
 from replay_worker.settings import WorkerSettings
-from replay_worker.state import StateStore, StateStoreUnavailable
+from replay_worker.state import (
+    StateStore,
+    StateStoreUnavailable,
+    nusd,
+    open_state_store,
+    utc_day,
+)
 from replay_worker.sweeps import sweep_trace_id
 from tests.e2e.captured import capture_fixed_incident
 from tests.integration.conftest import Running, start_collector
@@ -386,6 +393,49 @@ def test_bad_input_and_spent_budgets(
     assert outcome["status"] == "errored"
     assert "budget exhausted" in outcome["error"]
     assert requests == [], "nothing was sent that the budget did not allow"
+
+
+def test_the_day_budget_is_the_one_of_the_worker_of_the_data_dir(
+    world: World,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The day's spend is in the state of the worker `afr up` starts for the data directory
+    (AFR_DATA_DIR, or --data-dir): what one spends the other sees, whatever the folder."""
+    data_dir = tmp_path / "data"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    worker = WorkerSettings(data_dir=data_dir / "worker")  # as `afr up` starts it
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        configure(monkeypatch, world, model.base_url, tmp_path, collector=False)
+        monkeypatch.delenv("AFR_WORKER_DATA_DIR")
+        monkeypatch.setenv("AFR_DATA_DIR", str(data_dir))
+        monkeypatch.chdir(elsewhere)
+        assert eval_run(world.evals, "--no-export") == 0
+        store = open_state_store(worker)
+        try:
+            spent = store.day(utc_day(time.time()))
+            assert spent.requests == len(model.requests) > 0 and spent.spent_usd > 0
+            # The worker spends the rest of the day's budget...
+            limit = spent.spent_usd + 0.01
+            assert store.reserve(utc_day(time.time()), None, nusd(0.01), nusd(limit))
+        finally:
+            store.close()
+        monkeypatch.setenv("AFR_WORKER_DAY_BUDGET_USD", str(limit))
+        monkeypatch.setenv("AFR_DATA_DIR", str(tmp_path / "not-this-one"))
+        sent = len(model.requests)
+        capsys.readouterr()
+        # ... and the evals of that data directory (named by --data-dir) can spend no more.
+        code = eval_run(world.evals, "--no-export", "--json", "--data-dir", data_dir)
+        requests = model.requests[sent:]
+    (outcome,) = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert outcome["status"] == "errored"
+    assert "budget exhausted" in outcome["error"]
+    assert requests == [], "nothing was sent that the worker's spend did not leave room for"
+    assert not (elsewhere / ".afr").exists(), "no state in the current folder"
+    assert not (tmp_path / "not-this-one").exists()
 
 
 def test_zero_based_shards_cover_every_eval_once_and_a_configmap_mount_counts_once(

@@ -18,7 +18,7 @@ import pytest
 
 from afr.cli import build_parser, main
 from afr.local import LOCAL_KEY_FILE
-from afr.runs_cli import run_command
+from afr.runs.cli import run_command
 from tests.e2e.captured import capture_fixed_incident
 from tests.fakes import free_port
 from tests.integration.conftest import Running, start_collector

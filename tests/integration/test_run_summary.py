@@ -332,7 +332,7 @@ def test_afr_up_links_the_newest_failing_run_to_its_grafana_timeline(
     from types import SimpleNamespace
     from urllib.parse import parse_qs, urlsplit
 
-    from afr.cli import _grafana_line
+    from afr.commands.server import _grafana_line
 
     reader = RunReader(seeded, query_timeout_s=10, max_spans=100, prices=PRICES)
     newest = max(

@@ -54,7 +54,7 @@ def _queries() -> list[tuple[str, str, str]]:
 
 
 def test_the_checked_in_dashboards_are_the_generated_ones() -> None:
-    """Edit afr/grafana/dashboards.py, then: python -m afr.grafana.dashboards"""
+    """Edit afr/grafana/dashboards/, then: python -m afr.grafana.dashboards"""
     files = sorted((ROOT / "dashboards").glob("*.json"))
     assert [f.name for f in files] == sorted(FILE_NAMES.values())
     for uid, name in FILE_NAMES.items():

@@ -14,22 +14,16 @@ from typing import Any
 
 import httpx
 import pytest
+import wcwidth
 
 from afr.cli import build_parser
-from afr.runs_cli import (
-    BODY_PREVIEW_LINES,
-    CollectorUnreachable,
-    RunsApiError,
-    Terminal,
-    colour_enabled,
-    display_width,
-    parse_time,
-    render_run,
-    render_run_row,
-    run_command,
-    tail_runs,
-    truncate,
-)
+from afr.runs.cli import run_command
+from afr.runs.client import CollectorUnreachable, RunsApiError
+from afr.runs.render import BODY_PREVIEW_LINES, render_run, render_run_row
+from afr.runs.tail import tail_runs
+from afr.runs.terminal import Terminal, colour_enabled
+from afr.runs.times import parse_time
+from afr.runs.widths import display_width, truncate
 from tests.fakes import ManualClock
 
 SOURCE = "ea86dcb5d15c43b68d017c310dc164e7"
@@ -437,6 +431,53 @@ def test_truncate_counts_columns() -> None:
     assert truncate("hello world", 6) == "hello…"
     assert truncate("日本語テキスト", 7) == "日本語…"
     assert display_width(truncate("日本語テキスト", 6)) <= 6
+
+
+# What a terminal draws, not code points: the old east_asian_width count failed each of the
+# cases below except the single accent (a family as 8 cells, a flag cut in half, a keycap,
+# a heart with its emoji selector and decomposed Hangul as one too many or too few).
+FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"  # 👨‍👩‍👧‍👦, joined by ZWJ
+FLAGS = "\U0001f1eb\U0001f1f7\U0001f1e9\U0001f1ea"  # 🇫🇷🇩🇪: two pairs of regional indicators
+HEART = "\u2764\ufe0f"  # ❤️: a narrow heart made an emoji by its selector (VS16)
+THUMB = "\U0001f44d\U0001f3fd"  # 👍🏽: with a skin-tone modifier
+
+
+def test_a_zwj_sequence_is_one_wide_character() -> None:
+    assert display_width(FAMILY) == 2
+    assert truncate(f"{FAMILY} family", 4) == f"{FAMILY} …"
+    assert truncate(f"ab{FAMILY}", 3) == "ab…", "never a family cut at a joiner"
+
+
+def test_a_flag_is_two_cells_and_never_cut_in_half() -> None:
+    assert display_width(FLAGS) == 4
+    assert truncate(FLAGS, 3) == "\U0001f1eb\U0001f1f7…"
+    assert truncate(FLAGS, 2) == "…"
+
+
+def test_combining_marks_take_no_cell_of_their_own() -> None:
+    accent = "cafe\u0301"  # café with a combining acute accent
+    assert display_width(accent) == 4
+    assert truncate(accent + " noir", 5) == accent + "…"
+    assert display_width("1\ufe0f\u20e3") == 2, "a keycap: enclosing combining mark, emoji"
+
+
+def test_cjk_is_two_cells_a_character_also_when_decomposed() -> None:
+    assert display_width("日本語") == 6
+    assert display_width("\u1112\u1161\u11ab") == 2, "한 as three conjoining jamo"
+    assert truncate("한국어 텍스트", 7) == "한국어…"
+
+
+def test_a_wide_emoji_in_a_cut_cell_does_not_overflow_it() -> None:
+    assert display_width(HEART) == 2
+    assert display_width(THUMB) == 2
+    assert truncate(f"ab{HEART}cd", 4) == "ab…"
+    assert truncate(f"ok {THUMB}{THUMB} done", 7) == f"ok {THUMB}…"
+    emoji = summary(workflow=f"{HEART}{THUMB}" * 20, failing_span_name=FAMILY * 50)
+    for width in (80, 41):
+        for line in render_run_row(emoji, Terminal(width=width, tz=UTC)):
+            # wcwidth measures independently of the renderer's own display_width.
+            assert wcwidth.width(line) <= width, line
+            assert wcwidth.width(line) >= width - 2, "cut where the room ended"
 
 
 # --- times ---------------------------------------------------------------------------------

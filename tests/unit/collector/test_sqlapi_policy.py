@@ -20,17 +20,11 @@ from collector.sqlapi.credentials import (
     ensure_sql_password,
 )
 from collector.sqlapi.errors import Code, SqlError, from_engine, http_status, render
+from collector.sqlapi.formats import output_format
+from collector.sqlapi.lexer import tokens
 from collector.sqlapi.native import BLOCK_INFO, transcode
-from collector.sqlapi.policy import (
-    Limits,
-    check_statement,
-    connection_settings,
-    denied_functions,
-    output_format,
-    refuse_writes,
-    resolve_options,
-    tokens,
-)
+from collector.sqlapi.options import Limits, connection_settings, resolve_options
+from collector.sqlapi.policy import check_statement, denied_functions, refuse_writes
 
 DENIED = denied_functions(["file", "url", "remote", "numbers", "merge", "python", "newReader"])
 LIMITS = Limits(

@@ -1,0 +1,176 @@
+"""``afr-runs``, Agent runs: runs, failures, error rate, tokens and cost over time; recent runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from afr.grafana.dashboards.common import (
+    RECENT_RUNS,
+    RUNS_UID,
+    STATUS_COLOURS,
+    VERDICT_COLOURS,
+    coloured,
+    common_variables,
+    named,
+    run_link,
+    stat,
+    table,
+    timeseries,
+)
+from afr.grafana.panels import Grid, custom_variable, dashboard, override, query_variable
+from afr.grafana.queries import (
+    COST,
+    ERRORS,
+    PRICES,
+    RUNS,
+    SUMMARY,
+    USAGE,
+    WORKFLOW_OF_ROW,
+    eval_outcome,
+    in_projects,
+    picked_runs,
+    window_runs,
+)
+from afr_exporter import semconv as sc
+
+__all__ = ["agent_runs"]
+
+
+def agent_runs() -> dict[str, Any]:
+    variables = [
+        *common_variables(),
+        query_variable(
+            "workflow",
+            "Workflow",
+            f"SELECT DISTINCT {WORKFLOW_OF_ROW} AS workflow FROM {RUNS}\n"
+            f"WHERE {in_projects()} AND $__timeFilter(Start) AND workflow != ''\n"
+            "ORDER BY workflow",
+        ),
+        query_variable(
+            "agent",
+            "Agent",
+            f"SELECT DISTINCT arrayJoin(Agents) AS agent FROM {RUNS}\n"
+            f"WHERE {in_projects()} AND $__timeFilter(Start)\nORDER BY agent",
+        ),
+        custom_variable("status", "Status", ("ok", "error")),
+        custom_variable("kind", "Kind", sc.RUN_KINDS),
+    ]
+    per_run = window_runs([f"{ERRORS} AS errors", f"{USAGE} AS usage"])
+    grid = Grid()
+    grid.add(
+        stat(
+            "Runs in the window",
+            f"WITH {PRICES}\n"
+            "SELECT count() AS runs,\n"
+            "    countIf(errors > 0) AS failed_runs,\n"
+            "    if(runs > 0, failed_runs / runs, 0) AS error_rate,\n"
+            "    sum(arraySum(usage.2)) AS input_tokens,\n"
+            "    sum(arraySum(usage.3)) AS output_tokens,\n"
+            f"    sum({COST}) AS cost_usd\n"
+            f"FROM (\n{per_run}\n)",
+            "Runs that started in the time range and pass the filters. A failed run has at "
+            "least one errored span. Cost prices each model call's tokens with the store's "
+            "model_prices (models without a price cost nothing here).",
+            [
+                named("runs", "Runs"),
+                named("failed_runs", "Failed runs", color={"mode": "fixed", "fixedColor": "red"}),
+                named("error_rate", "Error rate", unit="percentunit", decimals=1),
+                named("input_tokens", "Input tokens", unit="short"),
+                named("output_tokens", "Output tokens", unit="short"),
+                named("cost_usd", "Cost", unit="currencyUSD", decimals=4),
+            ],
+        ),
+        24,
+        4,
+    )
+    series = f"FROM (\n{per_run}\n)\nGROUP BY time\nORDER BY time"
+    grid.add(
+        timeseries(
+            "Runs and failed runs",
+            "SELECT $__timeInterval(start) AS time,\n"
+            "    count() AS runs,\n    countIf(errors > 0) AS failed\n" + series,
+            "short",
+            "Runs by the time they started.",
+            drawStyle="bars",
+            fillOpacity=60,
+        ),
+        12,
+        8,
+    )
+    grid.add(
+        timeseries(
+            "Error rate",
+            "SELECT $__timeInterval(start) AS time,\n"
+            "    countIf(errors > 0) / count() AS error_rate\n" + series,
+            "percentunit",
+            "Share of the runs started in each interval that have an errored span.",
+        ),
+        12,
+        8,
+    )
+    grid.add(
+        timeseries(
+            "Tokens",
+            "SELECT $__timeInterval(start) AS time,\n"
+            "    sum(arraySum(usage.2)) AS input_tokens,\n"
+            "    sum(arraySum(usage.3)) AS output_tokens\n" + series,
+            "short",
+            "Model tokens of the runs started in each interval (each model call counted once).",
+        ),
+        12,
+        8,
+    )
+    grid.add(
+        timeseries(
+            "Cost",
+            f"WITH {PRICES}\n"
+            f"SELECT $__timeInterval(start) AS time,\n    sum({COST}) AS cost_usd\n" + series,
+            "currencyUSD",
+            "USD, from each model call's tokens and the store's model_prices.",
+            drawStyle="bars",
+            fillOpacity=60,
+        ),
+        12,
+        8,
+    )
+    candidates = window_runs([])
+    grid.add(
+        table(
+            "Recent runs",
+            "SELECT start, status, workflow, root_agent, duration_ms, span_count, error_count,\n"
+            "    input_tokens, output_tokens, cost_usd, kind,\n"
+            "    failing_span_name, failing_error_type,\n"
+            f"    if(kind = 'eval', {eval_outcome('verdict', 'error_count')}, verdict) AS verdict,\n"
+            "    run_id, source_run_id, project\n"
+            f"FROM {SUMMARY}\n"
+            f"WHERE {picked_runs(candidates, RECENT_RUNS)}\n"
+            "ORDER BY start DESC, run_id, project",
+            f"The newest {RECENT_RUNS} runs of the time range that pass the filters. A run id "
+            "opens its timeline; a replay's or eval's source run opens the run it came from.",
+            [
+                override("start", custom_width=180),
+                coloured("status", STATUS_COLOURS, 80),
+                named("root_agent", "root agent"),
+                named("duration_ms", "duration", unit="ms", decimals=0, custom_width=90),
+                named("span_count", "spans", custom_width=70),
+                named("error_count", "errors", custom_width=70),
+                named("input_tokens", "tokens in", custom_width=90),
+                named("output_tokens", "tokens out", custom_width=90),
+                named("cost_usd", "cost", unit="currencyUSD", decimals=4, custom_width=90),
+                named("failing_span_name", "failing span"),
+                named("failing_error_type", "error"),
+                coloured("verdict", VERDICT_COLOURS),
+                named("run_id", "run", links=[run_link()]),
+                named("source_run_id", "source run", links=[run_link("Open the source run")]),
+            ],
+        ),
+        24,
+        12,
+    )
+    return dashboard(
+        RUNS_UID,
+        "afr · Agent runs",
+        "Every run afr recorded: captured, replayed, evaluated and swept.",
+        variables,
+        grid,
+    )
