@@ -16,6 +16,14 @@ from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
 from replay_worker.schedule import parse_schedule
 from replay_worker.state_engines import POSTGRES_SCHEMES
 
+_DATA_DIR_ENV = "AFR_DATA_DIR"
+
+
+def _data_dir() -> Path:
+    """The data directory as the collector and ``afr up`` resolve it."""
+    return Path(os.environ.get(_DATA_DIR_ENV) or ".afr/data")
+
+
 __all__ = ["DEFAULT_PRICES_PER_MTOK", "WorkerSettings"]
 
 
@@ -62,10 +70,12 @@ class WorkerSettings(SecretsDirSettings):
         default_factory=lambda: dict(DEFAULT_PRICES_PER_MTOK)
     )
 
-    data_dir: Path = Path(".afr/data/worker")
+    data_dir: Path = Field(default_factory=lambda: _data_dir() / "worker")
     """The state store (jobs, webhook ids, the day's spend, sweep slots) when ``state_url`` is
-    unset: every worker process using the same directory shares them. A local disk. ``afr
-    up`` uses ``<its data dir>/worker``."""
+    unset: every worker process using the same directory shares them. A local disk. Unset:
+    ``<AFR_DATA_DIR>/worker`` (``./.afr/data/worker``), where ``afr up`` starts its worker,
+    so ``afr worker``, ``afr eval run`` and ``afr eval synthesize --assist`` share one day
+    budget with it."""
     state_url: SecretStr | None = None
     """A PostgreSQL database shared by worker replicas on several hosts
     (``postgresql://user:password@host:5432/afr``; libpq URI, ``?sslmode=...`` and the like

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from replay_worker.settings import WorkerSettings
 from replay_worker.state import MAX_ATTEMPTS, Owner, StateStore, nusd
 
 T0 = 1_764_460_800.0  # 2025-11-30T00:00:00Z
@@ -169,3 +170,23 @@ def test_processes_racing_for_the_day_budget_never_overspend(state_at: Path | st
         process.join(10)
     assert sum(granted) == 100, granted
     assert StateStore(state_at).day("2025-11-30").spent_usd == pytest.approx(700 / 1e9)
+
+
+# --- where the state lives -----------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        ({}, Path(".afr/data/worker")),
+        ({"AFR_DATA_DIR": "/srv/afr"}, Path("/srv/afr/worker")),
+        ({"AFR_DATA_DIR": "/srv/afr", "AFR_WORKER_DATA_DIR": "/state"}, Path("/state")),
+        ({"AFR_WORKER_DATA_DIR": "/state"}, Path("/state")),
+    ],
+)
+def test_the_worker_keeps_its_state_in_the_data_dir_of_afr_up(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], expected: Path
+) -> None:
+    """`afr worker`, `afr eval run` and `--assist` read the state `afr up`'s worker writes
+    (<AFR_DATA_DIR>/worker), so the day budget is one; AFR_WORKER_DATA_DIR names another."""
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert WorkerSettings().data_dir == expected
