@@ -9,8 +9,9 @@ test's own process is better done on a ``threading.Event`` it sets: no polling a
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -50,3 +51,24 @@ def wait_until(
                 message += f" (last: {answer!r:.{_SHOWN_CHARS}})"
             raise AssertionError(message) from last_error
         sleep(interval_s)
+
+
+async def wait_until_async(
+    predicate: Callable[[], T | None],
+    *,
+    timeout_s: float,
+    what: str,
+    interval_s: float = 0.05,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """``wait_until`` inside an event loop: the loop runs (the code awaited on progresses)
+    between two calls of ``predicate``."""
+    deadline = clock() + timeout_s
+    while True:
+        answer = predicate()
+        if answer:
+            return answer
+        if clock() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        await sleep(interval_s)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 import pytest
 
 from tests.fakes import ManualClock
-from tests.waiting import wait_until
+from tests.waiting import wait_until, wait_until_async
 
 
 def _answers(*values: object) -> Callable[[], object]:
@@ -127,3 +128,32 @@ def test_other_exceptions_propagate_at_once() -> None:
             sleep=clock.advance,
         )
     assert clock.now == 0.05, "one interval slept, then the error"
+
+
+def test_the_async_twin_lets_the_loop_run_between_polls_and_names_what_timed_out() -> None:
+    clock = ManualClock(0.0)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    async def scenario() -> tuple[object, str]:
+        started: list[int] = []
+        loop = asyncio.get_running_loop()
+        loop.call_soon(started.append, 4242)  # what the awaited code does meanwhile
+        pid = await wait_until_async(
+            lambda: started[0] if started else None,
+            timeout_s=5, what="the pid", interval_s=1, clock=clock, sleep=sleep,
+        )  # fmt: skip
+        with pytest.raises(AssertionError) as raised:
+            await wait_until_async(
+                lambda: None, timeout_s=2, what="a job that never starts", clock=clock, sleep=sleep
+            )
+        return pid, str(raised.value)
+
+    pid, message = asyncio.run(scenario())
+    assert pid == 4242
+    assert message == "timed out after 2 s waiting for a job that never starts"
+    assert slept[0] == 1  # the first poll found nothing: the loop ran during the sleep

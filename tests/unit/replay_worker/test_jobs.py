@@ -19,6 +19,7 @@ from replay_worker.jobs import JobRunner
 from replay_worker.settings import WorkerSettings
 from replay_worker.state import pid_alive
 from tests.fakes import ManualClock, free_port
+from tests.waiting import wait_until_async
 
 RUN = "a" * 32
 
@@ -46,13 +47,11 @@ def settings(tmp_path: Path, collector_url: str, **overrides: Any) -> WorkerSett
 
 async def running_pid(runner: JobRunner, job_id: str) -> int:
     """The replay process of a job once it runs (real time: real processes)."""
-    for _ in range(600):
-        assert runner.pool is not None
-        pid = runner.pool.pids().get(job_id)
-        if pid is not None:
-            return pid
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"job {job_id} never started")
+    pool = runner.pool
+    assert pool is not None
+    return await wait_until_async(
+        lambda: pool.pids().get(job_id), timeout_s=30, what=f"job {job_id}'s replay process"
+    )
 
 
 def test_jobs_and_webhook_ids_survive_a_worker_restart(tmp_path: Path) -> None:
