@@ -77,7 +77,8 @@ def export_http(running: Running, body: dict[str, Any]) -> None:
 
 
 def ingest(running: Running, body: dict[str, Any], batching: str) -> str:
-    """Sends the run under a fresh trace id; returns the run id once it reads back."""
+    """Sends the run under a fresh trace id (acknowledged: durable, maybe not inserted yet);
+    returns the run id."""
     run_id = uuid.uuid4().hex
     body = with_trace_id(body, run_id)
     if batching == "whole trace, gRPC":
@@ -107,7 +108,9 @@ def view(run: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def stored(running: Running, run_id: str) -> dict[str, tuple[str, str]]:
-    """SpanType and ToolCallId per span as stored: what Grafana reads, not the run view."""
+    """SpanType and ToolCallId per span as stored: what Grafana reads, not the run view
+    (everything acknowledged is inserted first: the writer inserts about once a second)."""
+    running.collector.flush()
     table = SPANS_TABLE  # a constant; the trace id is a bound parameter
     sql = f"SELECT SpanId, SpanType, ToolCallId FROM {{db}}.{table} FINAL WHERE TraceId = {{t:String}}"  # noqa: S608
     return {
