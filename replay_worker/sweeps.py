@@ -45,6 +45,7 @@ from agents.tracing import SpanError, custom_span
 
 import afr_exporter
 from afr_exporter import semconv as sc
+from afr_exporter.evaluation import EvaluationAttributes, evaluation_result
 from afr_exporter.semconv import (
     METADATA_SWEEP_COST_USD,
     METADATA_SWEEP_COUNTS,
@@ -74,6 +75,7 @@ __all__ = [
     "run_foreground",
     "run_sweep",
     "summarize",
+    "sweep_evaluation",
     "sweep_process_main",
     "sweep_trace_id",
 ]
@@ -303,6 +305,21 @@ async def run_sweep(
             await keeper
 
 
+def sweep_evaluation(summary: SweepSummary) -> EvaluationAttributes:
+    """The sweep's result as a ``gen_ai.evaluation.result`` event named ``afr.sweep``:
+    ``pass`` when no eval failed or errored and every eval was recorded, else ``fail``; the
+    score is the share of evals that passed (none for a sweep without evals); explained by
+    the counts. Each eval run carries its own events; the sweep run links to them."""
+    counts = ", ".join(f"{getattr(summary, status)} {status}" for status in STATUSES)
+    incomplete = f"; incomplete: {summary.incomplete}" if summary.incomplete else ""
+    return evaluation_result(
+        sc.EVALUATION_SWEEP,
+        label=sc.LABEL_PASS if summary.ok else sc.LABEL_FAIL,
+        value=summary.passed / summary.evals if summary.evals else None,
+        explanation=f"{summary.evals} evals: {counts}{incomplete}",
+    )
+
+
 def emit_summary_run(summary: SweepSummary) -> None:
     """The sweep's summary as a run of kind ``sweep`` (through the SDK and afr's exporter,
     like every run of the worker), linked to each eval run; same ids every time."""
@@ -316,6 +333,7 @@ def emit_summary_run(summary: SweepSummary) -> None:
         METADATA_SWEEP_COST_USD: round(summary.cost_usd, 6),
         METADATA_SWEEP_DURATION_S: round(summary.duration_s, 3),
         sc.METADATA_LINKED_RUNS: summary.linked_runs,
+        sc.METADATA_EVALUATIONS: [sweep_evaluation(summary)],
     }
     evals = [
         {k: r.get(k) for k in ("eval_id", "name", "status", "eval_run_id", "error")}

@@ -35,6 +35,8 @@ from typing import Any
 import jsonschema
 import re2
 
+from afr_exporter import semconv as sc
+from afr_exporter.evaluation import EvaluationAttributes, evaluation_result
 from replay_worker.evals.contract import (
     Assertion,
     CostAtMost,
@@ -53,12 +55,15 @@ from replay_worker.replay.calls import FAILED_OUTCOMES, canonical_arguments
 from replay_worker.replay.result import ReplayResult
 
 __all__ = [
+    "STATUS_LABELS",
     "AssertionResult",
     "Observed",
     "ObservedCall",
     "PointerError",
+    "assertion_evaluation",
     "check",
     "check_all",
+    "eval_evaluation",
     "json_equal",
     "json_type",
     "received",
@@ -82,6 +87,58 @@ class AssertionResult:
             "actual": self.actual,
             "passed": self.passed,
         }
+
+
+STATUS_LABELS = {
+    "passed": sc.LABEL_PASS,
+    "failed": sc.LABEL_FAIL,
+    "inconclusive": sc.LABEL_INCONCLUSIVE,
+    "errored": sc.LABEL_ERROR,
+}
+"""An eval's status as ``gen_ai.evaluation.score.label``: the conventions' own ``pass`` and
+``fail``; ``inconclusive`` and ``error`` carry no score."""
+_SCORES = {sc.LABEL_PASS: 1.0, sc.LABEL_FAIL: 0.0}
+
+
+def _evaluated(
+    name: str, label: str, explanation: str, error_type: str | None
+) -> EvaluationAttributes:
+    return evaluation_result(
+        name,
+        label=label,
+        value=_SCORES.get(label),
+        explanation=explanation,
+        # The conventions' error.type: set when the evaluation itself ended in an error.
+        error_type=(error_type or sc.ERROR_TYPE_OTHER) if label == sc.LABEL_ERROR else None,
+    )
+
+
+def assertion_evaluation(
+    result: AssertionResult, eval_status: str, error_type: str | None = None
+) -> EvaluationAttributes:
+    """One assertion's outcome as a ``gen_ai.evaluation.result`` event, named
+    ``afr.eval.assertion.<kind>``: ``pass`` (1.0) or ``fail`` (0.0) as checked — unless the
+    eval as a whole is inconclusive (its replay depended on something unknown, so no check
+    of it says anything) or errored (``error``, with ``error_type``, the class of what
+    failed). Explained by what was expected and what was seen: the same short text the
+    table and the JUnit report show, already stored in the run's ``afr.eval.assertions``."""
+    label = STATUS_LABELS.get(eval_status, sc.LABEL_ERROR)
+    if label in (sc.LABEL_PASS, sc.LABEL_FAIL):
+        label = sc.LABEL_PASS if result.passed else sc.LABEL_FAIL
+    return _evaluated(
+        sc.EVALUATION_ASSERTION_PREFIX + result.kind,
+        label,
+        f"expected {result.expected}; seen {result.actual}",
+        error_type,
+    )
+
+
+def eval_evaluation(
+    eval_status: str, explanation: str, error_type: str | None = None
+) -> EvaluationAttributes:
+    """An eval's status as a ``gen_ai.evaluation.result`` event named ``afr.eval``."""
+    label = STATUS_LABELS.get(eval_status, sc.LABEL_ERROR)
+    return _evaluated(sc.EVALUATION_EVAL, label, explanation, error_type)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,13 @@ from afr_exporter.semconv import (
     METADATA_EVAL_STATUS,
     METADATA_SWEEP_ID,
 )
-from replay_worker.evals.assertions import AssertionResult, Observed, check_all
+from replay_worker.evals.assertions import (
+    AssertionResult,
+    Observed,
+    assertion_evaluation,
+    check_all,
+    eval_evaluation,
+)
 from replay_worker.evals.contract import EvalDocument
 from replay_worker.ledger import BudgetExceeded, DayBudget, JobLedger, LedgerModel
 from replay_worker.model_client import openai_model_factory
@@ -216,6 +222,23 @@ _MODEL_SERVICE_ERRORS = frozenset(
 )
 
 
+_UNCHECKED = "the eval's run ended before its assertions were checked"
+
+
+def _explained(
+    status: EvalStatus, result: ReplayResult, results: list[AssertionResult], outcome: EvalOutcome
+) -> str:
+    """Why an eval has its status, in a sentence (its ``afr.eval`` evaluation event)."""
+    if status == "errored":
+        return outcome.error or _UNCHECKED
+    if status == "inconclusive":
+        return f"the replay was inconclusive: {result.reason}"
+    failed = [r.kind for r in results if not r.passed]
+    checked = f"{len(results) - len(failed)} of {len(results)} assertions passed"
+    kinds = f" (failed: {', '.join(failed)})" if failed else ""
+    return f"{checked}{kinds}; the replay's verdict: {result.verdict}"
+
+
 def _status(verdict: str, results: list[AssertionResult]) -> EvalStatus:
     if verdict == "INCONCLUSIVE":
         return "inconclusive"
@@ -315,15 +338,21 @@ async def run_eval(
                         },
                     )
                 )
+        error_type = result.error.split(":", 1)[0] if status == "errored" and result.error else None
         return {
             METADATA_EVAL_STATUS: status,
             METADATA_EVAL_ASSERTIONS: [r.to_json() for r in results],
+            sc.METADATA_EVALUATIONS: [
+                eval_evaluation(status, _explained(status, result, results, outcome), error_type),
+                *(assertion_evaluation(r, status, error_type) for r in results),
+            ],
         }
 
     metadata: dict[str, Any] = {
         METADATA_EVAL_ID: document.id,
         METADATA_EVAL_NAME: document.name,
         METADATA_EVAL_STATUS: "errored",  # until the assertions are checked: fail closed
+        sc.METADATA_EVALUATIONS: [eval_evaluation("errored", _UNCHECKED)],
         sc.METADATA_LINKED_RUNS: {LINK_ROLE_REPLAY: document.provenance.replay_run_id},
     }
     if sweep_id is not None:

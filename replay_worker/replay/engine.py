@@ -37,7 +37,7 @@ from replay_worker.replay.fixture import Fixture
 from replay_worker.replay.output import CapturedOutputSchema
 from replay_worker.replay.result import ReplayResult
 from replay_worker.replay.stubs import MatchPolicy, StubRegistry
-from replay_worker.replay.verdict import first_divergence, judge
+from replay_worker.replay.verdict import first_divergence, judge, verdict_evaluation
 
 __all__ = ["ReplayResult", "run_replay"]
 
@@ -216,7 +216,13 @@ async def run_replay(
         trace_metadata = getattr(current, "metadata", None)
         if isinstance(trace_metadata, dict):  # the root span carries it, via the trace metadata
             trace_metadata[sc.METADATA_VERDICT] = decided.value
-            trace_metadata.update(extra or {})
+            extra = dict(extra or {})
+            # The verdict first, then what the caller evaluated of the result (an eval's).
+            trace_metadata[sc.METADATA_EVALUATIONS] = [
+                verdict_evaluation(decided),
+                *extra.pop(sc.METADATA_EVALUATIONS, []),
+            ]
+            trace_metadata.update(extra)
     return result
 
 

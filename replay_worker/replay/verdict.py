@@ -13,12 +13,34 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from afr_exporter import semconv as sc
+from afr_exporter.evaluation import EvaluationAttributes, evaluation_result
 from replay_worker.replay.calls import ToolInvocation
 from replay_worker.replay.fixture import CapturedCall
 
-__all__ = ["VERDICTS", "Verdict", "first_divergence", "judge", "verdict"]
+__all__ = [
+    "VERDICTS",
+    "VERDICT_SCORES",
+    "Verdict",
+    "first_divergence",
+    "judge",
+    "verdict",
+    "verdict_evaluation",
+]
 
 VERDICTS = ("FAILURE_FIXED", "STILL_FAILING", "REGRESSED", "UNCHANGED", "INCONCLUSIVE")
+
+VERDICT_SCORES: dict[str, float | None] = {
+    "FAILURE_FIXED": 1.0,
+    "UNCHANGED": 1.0,
+    "STILL_FAILING": 0.0,
+    "REGRESSED": 0.0,
+    "INCONCLUSIVE": None,
+}
+"""A verdict as ``gen_ai.evaluation.score.value``: whether the replay ran clean (1.0) or
+failed (0.0), the one thing every verdict but one says; the label says the rest (fixed or
+unchanged, still failing or regressed). An inconclusive replay has no score: an unknown
+outcome is neither a pass nor a fail."""
 
 
 @dataclass(frozen=True)
@@ -27,6 +49,18 @@ class Verdict:
     reason: str
     approximate: bool = False
     """Decided with a lenient match: a call was answered with another call's outcome."""
+
+
+def verdict_evaluation(decided: Verdict) -> EvaluationAttributes:
+    """The verdict as a ``gen_ai.evaluation.result`` event: named ``afr.replay.verdict``,
+    labelled with the verdict, scored by ``VERDICT_SCORES``, explained by its reason."""
+    approximate = " (decided with a lenient match)" if decided.approximate else ""
+    return evaluation_result(
+        sc.EVALUATION_REPLAY_VERDICT,
+        label=decided.value,
+        value=VERDICT_SCORES.get(decided.value),
+        explanation=decided.reason + approximate,
+    )
 
 
 def verdict(source_failed: bool, replay_failed: bool) -> str:

@@ -21,6 +21,7 @@ from junitparser import Failure, JUnitXml, Skipped
 from afr.cli import main
 from afr.incident import failing_script, fixed_script
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
+from afr_exporter import semconv as sc
 from replay_worker import eval_run as command
 from replay_worker.eval_run import slot_sweep_id
 from replay_worker.evals.contract import EvalDocument, ReplaySpec, write_eval
@@ -116,6 +117,26 @@ def script_with_answer(text: str) -> list[ScriptedTurn]:
     return [*calls, ScriptedTurn(text=text, expect_instructions_containing="refund agent")]
 
 
+NAME = sc.GEN_AI_EVALUATION_NAME
+LABEL = sc.GEN_AI_EVALUATION_SCORE_LABEL
+VALUE = sc.GEN_AI_EVALUATION_SCORE_VALUE
+EXPLANATION = sc.GEN_AI_EVALUATION_EXPLANATION
+
+
+def assertion_events(assertions: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The ``gen_ai.evaluation.result`` events (as stored) expected of an eval run whose
+    ``afr.eval.assertions`` are these, its status passed or failed."""
+    return [
+        {
+            NAME: sc.EVALUATION_ASSERTION_PREFIX + a["kind"],
+            LABEL: "pass" if a["passed"] else "fail",
+            VALUE: "1.0" if a["passed"] else "0.0",
+            EXPLANATION: f"expected {a['expected']}; seen {a['actual']}",
+        }
+        for a in assertions
+    ]
+
+
 def stored_eval_run(world: World, run_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
     run = world.running.run(run_id)
     (root,) = [s for s in run["spans"] if s["parent_span_id"] == ""]
@@ -166,6 +187,21 @@ def test_the_synthesized_eval_passes_against_the_fixing_model_and_is_recorded(
     assert len(metadata["afr.eval.assertions"]) == len(world.document.assertions)
     assert all(a["passed"] for a in metadata["afr.eval.assertions"])
     assert "afr.sweep.id" not in metadata
+    # In the OTel GenAI vocabulary too: the replay's verdict, the eval's, one per assertion.
+    verdict, overall, *checked = world.running.evaluations(run_id)
+    n = len(world.document.assertions)
+    assert (verdict[NAME], verdict[LABEL], verdict[VALUE]) == (
+        sc.EVALUATION_REPLAY_VERDICT,
+        "FAILURE_FIXED",
+        "1.0",
+    )
+    assert overall == {
+        NAME: sc.EVALUATION_EVAL,
+        LABEL: "pass",
+        VALUE: "1.0",
+        EXPLANATION: f"{n} of {n} assertions passed; the replay's verdict: FAILURE_FIXED",
+    }
+    assert checked == assertion_events(metadata["afr.eval.assertions"])
     # "Every eval run of this incident": the read API filters by source run.
     evals = world.running.api(
         "/api/v1/runs", kind="eval", source_run_id=world.source_run_id
@@ -204,6 +240,12 @@ def test_the_eval_fails_against_the_original_behaviour(
         "sweep_test_original",
     )
     assert any(s["name"] == "eval.result" and s["status"]["code"] == "Error" for s in run["spans"])
+    verdict, overall, *checked = world.running.evaluations(outcome["eval_run_id"])
+    assert (verdict[LABEL], verdict[VALUE]) == ("STILL_FAILING", "0.0")
+    assert (overall[LABEL], overall[VALUE]) == ("fail", "0.0")
+    assert "(failed: " in overall[EXPLANATION] and "no_span_errored" in overall[EXPLANATION]
+    assert checked == assertion_events(metadata["afr.eval.assertions"])
+    assert {e[LABEL] for e in checked} == {"pass", "fail"}
     failing = world.running.api("/api/v1/runs", kind="eval", status="error").json()["runs"]
     assert outcome["eval_run_id"] in [r["run_id"] for r in failing]
 
@@ -645,6 +687,9 @@ def test_a_night_whose_shards_never_all_recorded_gets_an_errored_summary_run(
     assert (stored["run"]["kind"], stored["run"]["status"]) == ("sweep", "error")
     (summary,) = [s for s in stored["spans"] if s["name"] == "sweep.summary"]
     assert "incomplete: only 1 of 2 shards recorded" in summary["status"]["message"]
+    (result,) = world.running.evaluations(sweep_trace_id(bad_sweep).removeprefix("trace_"))
+    assert (result[NAME], result[LABEL]) == (sc.EVALUATION_SWEEP, "fail")
+    assert result[EXPLANATION].endswith("; incomplete: only 1 of 2 shards recorded")
     store = StateStore(settings.state_path)
     try:
         failed = store.get_sweep(bad_sweep)

@@ -18,6 +18,7 @@ from agents import gen_trace_id
 import afr_exporter
 from afr.incident import RefundDesk, build_model, failing_script, fixed_script, run_incident
 from afr.scripted_model import ScriptedModelServer
+from afr_exporter import semconv as sc
 from replay_worker.app import WorkerThread
 from replay_worker.hooks.signature import generate_secret
 from replay_worker.settings import WorkerSettings
@@ -129,6 +130,16 @@ def test_signed_hook_replays_the_failing_run_to_failure_fixed(stack: Stack) -> N
     (root,) = [s for s in replay["spans"] if s["parent_span_id"] == ""]
     assert [link["trace_id"] for link in root["links"]] == [stack.run_id]
     assert json.loads(root["attributes"]["afr.trace.metadata"])["afr.verdict"] == "FAILURE_FIXED"
+    # The verdict in the OTel GenAI vocabulary, on the replay's root, as stored.
+    assert stack.running.evaluations(result["replay_run_id"]) == [
+        {
+            sc.GEN_AI_EVALUATION_NAME: sc.EVALUATION_REPLAY_VERDICT,
+            sc.GEN_AI_EVALUATION_SCORE_LABEL: "FAILURE_FIXED",
+            sc.GEN_AI_EVALUATION_SCORE_VALUE: "1.0",
+            sc.GEN_AI_EVALUATION_EXPLANATION: "the replay ran clean (the source failed)",
+        }
+    ]
+    assert sc.METADATA_EVALUATIONS not in json.loads(root["attributes"]["afr.trace.metadata"])
     names = {s["name"] for s in replay["spans"]}
     assert {"replay.replay_stub_output", "replay.verdict"} <= names
     listed = stack.running.api("/api/v1/runs", kind="replay").json()["runs"]
@@ -168,6 +179,13 @@ def test_a_call_with_no_captured_outcome_and_no_stub_is_inconclusive(stack: Stac
     assert stack.desk.refunds == []
     replay = stack.running.run(result["replay_run_id"])
     assert any(s["name"] == "replay.unavailable" for s in replay["spans"])
+    # An unknown outcome has no score: the label alone says it, the reason says why.
+    (evaluation,) = stack.running.evaluations(result["replay_run_id"])
+    assert evaluation == {
+        sc.GEN_AI_EVALUATION_NAME: sc.EVALUATION_REPLAY_VERDICT,
+        sc.GEN_AI_EVALUATION_SCORE_LABEL: "INCONCLUSIVE",
+        sc.GEN_AI_EVALUATION_EXPLANATION: result["reason"],
+    }
 
 
 def test_bad_signatures_do_no_work_and_webhook_ids_are_idempotent(stack: Stack) -> None:
@@ -349,4 +367,10 @@ def test_lenient_policy_is_available_on_request_and_marks_the_verdict_approximat
     # The corrected call (12.0) is answered with the original call's captured outcome.
     assert [c["outcome"] for c in result["tool_calls"]] == ["captured_error"]
     assert (result["verdict"], result["approximate"]) == ("STILL_FAILING", True)
+    (evaluation,) = stack.running.evaluations(result["replay_run_id"])
+    assert evaluation[sc.GEN_AI_EVALUATION_SCORE_LABEL] == "STILL_FAILING"
+    assert evaluation[sc.GEN_AI_EVALUATION_SCORE_VALUE] == "0.0"
+    assert evaluation[sc.GEN_AI_EVALUATION_EXPLANATION] == (
+        result["reason"] + " (decided with a lenient match)"
+    )
     assert refused.status_code == 400

@@ -25,6 +25,7 @@ import pytest
 from afr.cli import main
 from afr.incident import fixed_script
 from afr.scripted_model import ScriptedModelServer
+from afr_exporter import semconv as sc
 from replay_worker.app import WorkerThread
 from replay_worker.evals.contract import EvalDocument, write_eval
 from replay_worker.evals.runner import eval_trace_id
@@ -142,6 +143,16 @@ def assert_stored_once(world: World, sweep_id: str, summary: dict[str, Any]) -> 
     }
     assert metadata["afr.sweep.id"] == sweep_id
     assert metadata["afr.sweep.cost_usd"] > 0
+    assert world.running.evaluations(summary["sweep_run_id"]) == [
+        {
+            sc.GEN_AI_EVALUATION_NAME: sc.EVALUATION_SWEEP,
+            sc.GEN_AI_EVALUATION_SCORE_LABEL: "pass",
+            sc.GEN_AI_EVALUATION_SCORE_VALUE: "1.0",
+            sc.GEN_AI_EVALUATION_EXPLANATION: (
+                f"{EVALS} evals: {EVALS} passed, 0 failed, 0 inconclusive, 0 errored"
+            ),
+        }
+    ]
     shapes = [span_shape(world.running, run_id) for run_id in expected.values()]
     assert shapes[0]["eval.result"] == 1 and shapes[0]["replay.verdict"] == 1
     assert shapes[1:] == shapes[:-1], "every eval run has the spans of one run, none twice"

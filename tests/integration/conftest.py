@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
+from afr_exporter import semconv as sc
 from collector.server import Collector, CollectorThread
 from collector.settings import CollectorSettings
 from collector.store.client import ClickHouseStore
@@ -49,6 +50,16 @@ class Running:
         )
         body: dict[str, Any] = response.json()
         return body
+
+    def evaluations(self, run_id: str) -> list[dict[str, str]]:
+        """The attributes of the ``gen_ai.evaluation.result`` events on the run's workflow
+        root, as the store holds them (every value a string), in order."""
+        (root,) = [s for s in self.run(run_id)["spans"] if s["parent_span_id"] == ""]
+        return [
+            e["attributes"]
+            for e in root["events"]
+            if e["name"] == sc.EVENT_GEN_AI_EVALUATION_RESULT
+        ]
 
 
 def start_collector(data_dir: Path, **overrides: Any) -> tuple[CollectorThread, Running]:

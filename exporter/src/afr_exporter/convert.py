@@ -31,6 +31,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from afr_exporter import messages
 from afr_exporter import semconv as sc
+from afr_exporter.evaluation import checked_evaluations
 
 __all__ = [
     "SpanConverter",
@@ -250,7 +251,12 @@ class SpanConverter:
         draft.put(sc.AFR_WORKFLOW_NAME, name)
         draft.put(sc.GEN_AI_CONVERSATION_ID, state.group_id)
         draft.put(sc.AFR_SDK_TRACE_ID, trace.trace_id)
-        metadata = state.metadata or {}
+        metadata = dict(state.metadata or {})
+        # Emitted as events below, not kept twice: the metadata holds what the run is.
+        evaluations = [
+            Event(sc.EVENT_GEN_AI_EVALUATION_RESULT, attributes, timestamp=end)
+            for attributes in checked_evaluations(metadata.pop(sc.METADATA_EVALUATIONS, None))
+        ]
         if metadata:
             draft.put(sc.AFR_TRACE_METADATA, to_json(metadata))
         kind = metadata.get(sc.METADATA_RUN_KIND)
@@ -285,6 +291,7 @@ class SpanConverter:
             parent=None,
             resource=self._resource,
             attributes=draft.attributes,
+            events=evaluations,
             links=links,
             kind=SpanKind.INTERNAL,
             instrumentation_scope=self._scope,

@@ -39,6 +39,20 @@ GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 ERROR_TYPE: Final = "error.type"
 
+# The evaluation event: ``gen_ai.evaluation.result`` and its attributes, as the GenAI
+# conventions define them (semantic-conventions-genai, model/gen-ai/events.yaml, stability
+# "development"; the same attribute names as opentelemetry-semantic-conventions 0.66b2's
+# gen_ai_attributes). A replay's verdict, an eval's outcome and assertions and a sweep's
+# result are emitted as this event on their run's workflow root (ADR 35).
+EVENT_GEN_AI_EVALUATION_RESULT: Final = "gen_ai.evaluation.result"
+GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE_LABEL: Final = "gen_ai.evaluation.score.label"
+GEN_AI_EVALUATION_SCORE_VALUE: Final = "gen_ai.evaluation.score.value"
+"""A double: 1.0 for a pass, 0.0 for a fail, absent where no score applies."""
+GEN_AI_EVALUATION_EXPLANATION: Final = "gen_ai.evaluation.explanation"
+ERROR_TYPE_OTHER: Final = "_OTHER"
+"""``error.type``'s fallback value, where no more exact class of error is known."""
+
 OP_INVOKE_WORKFLOW: Final = "invoke_workflow"
 OP_INVOKE_AGENT: Final = "invoke_agent"
 OP_CHAT: Final = "chat"
@@ -135,6 +149,22 @@ METADATA_SWEEP_TRIGGER: Final = "afr.sweep.trigger"
 METADATA_SWEEP_COUNTS: Final = "afr.sweep.counts"
 METADATA_SWEEP_COST_USD: Final = "afr.sweep.cost_usd"
 METADATA_SWEEP_DURATION_S: Final = "afr.sweep.duration_s"
+
+# What afr's evaluation events are called (``gen_ai.evaluation.name``) and the labels they
+# carry (``gen_ai.evaluation.score.label``) besides a verdict's own name (docs/replay-and-evals.md).
+METADATA_EVALUATIONS: Final = "afr.evaluations"
+"""Trace metadata a caller (the replay worker) sets before the trace ends: a list of
+``gen_ai.evaluation.result`` attribute maps, each emitted as one event on the workflow root
+(and not repeated in ``afr.trace.metadata``)."""
+EVALUATION_REPLAY_VERDICT: Final = "afr.replay.verdict"
+EVALUATION_EVAL: Final = "afr.eval"
+EVALUATION_ASSERTION_PREFIX: Final = "afr.eval.assertion."
+"""Followed by the assertion's kind: ``afr.eval.assertion.tool_called``."""
+EVALUATION_SWEEP: Final = "afr.sweep"
+LABEL_PASS: Final = "pass"  # noqa: S105 -- a score label, not a password
+LABEL_FAIL: Final = "fail"
+LABEL_INCONCLUSIVE: Final = "inconclusive"
+LABEL_ERROR: Final = "error"
 
 AFR_EXPORTER_VERSION: Final = "afr.exporter.version"
 """Resource attribute: the afr-exporter version that exported the spans."""
