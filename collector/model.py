@@ -76,6 +76,8 @@ class SpanRecord:
     tool_call_id: str = ""
     model: str = ""
     error_type: str = ""
+    failure_cause: str = ""
+    """An errored span's part of its run's failure signature (processors/signature.py)."""
     input_tokens: int = 0
     output_tokens: int = 0
     input: str = ""
@@ -177,6 +179,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("Redactions", "redactions"),
     ("Truncated", "truncated"),
     ("IngestedAt", "ingested_ns"),
+    # Added by migration 4, last: a log record written before it has one value less, which
+    # the insert reads as the column's default (input_format_json_compact_allow_variable_...).
+    ("FailureCause", "failure_cause"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 

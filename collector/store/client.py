@@ -167,7 +167,12 @@ class ClickHouseStore:
                 fmt=ROW_FORMAT,
                 # Sized to the window of accepted start times; a block spread wider (the log
                 # recovered after a long outage) is refused and the writer splits it.
-                settings={"max_partitions_per_insert_block": self._max_partitions},
+                settings={
+                    "max_partitions_per_insert_block": self._max_partitions,
+                    # A log record written before a column was added ends early: the
+                    # missing trailing values are the columns' defaults.
+                    "input_format_json_compact_allow_variable_number_of_columns": 1,
+                },
             )
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:

@@ -85,7 +85,10 @@ _ENGINE = re.compile(r"ENGINE = (\w+)(?:\(([^)]*)\))?")
 _CREATE_MV = re.compile(
     r"\s*CREATE MATERIALIZED VIEW IF NOT EXISTS \{db\}\.(\w+)\s+TO \{db\}\.(\w+) AS\b"
 )
-_CREATE_VIEW = re.compile(r"\s*CREATE VIEW IF NOT EXISTS \{db\}\.(\w+) AS\b")
+_CREATE_VIEW = re.compile(
+    r"\s*(CREATE VIEW IF NOT EXISTS|CREATE OR REPLACE VIEW) \{db\}\.(\w+) AS\b"
+)
+_ALTER = re.compile(r"\s*ALTER TABLE \{db\}\.(\w+) (ADD COLUMN|MODIFY QUERY)\b")
 _INSERT = re.compile(r"\s*INSERT INTO ")
 _TABLE_REF = re.compile(r"\{db\}\.(\w+)")
 _BLANK_LINES = re.compile(r"\n\s*\n")
@@ -185,11 +188,29 @@ def _cluster_form(
             f"TO {{db}}.{_local(target)} AS{body}"
         ]
     if match := _CREATE_VIEW.match(statement):
-        return [f"CREATE VIEW IF NOT EXISTS {{db}}.{match[1]}{on} AS{statement[match.end() :]}"]
+        create, name = match.groups()
+        return [f"{create} {{db}}.{name}{on} AS{statement[match.end() :]}"]
+    if match := _ALTER.match(statement):
+        return _alter_forms(statement, match, on)
     if _INSERT.match(statement):
         # A backfill of data stored before a migration: a cluster's schema starts empty.
         return []
     raise NoClusterForm(f"no cluster form for: {statement.strip()[:80]}")
+
+
+def _alter_forms(statement: str, match: re.Match[str], on: str) -> list[str]:
+    name, action = match.groups()
+    rest = statement[match.end() :]
+    if action == "MODIFY QUERY":
+        # A materialized view's new query reads the local tables, as its CREATE does.
+        body = _TABLE_REF.sub(lambda ref: f"{{db}}.{_local(ref[1])}", rest)
+        return [f"ALTER TABLE {{db}}.{name}{on} MODIFY QUERY{body}"]
+    if name in SHARDED_TABLES:
+        # The local table holds the column, the Distributed table must name it too.
+        return [
+            f"ALTER TABLE {{db}}.{table}{on} ADD COLUMN{rest}" for table in (_local(name), name)
+        ]
+    raise NoClusterForm(f"no cluster form for a column of {name}, which is not sharded")
 
 
 def _table_forms(

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "FAILURE_PATH_SQL",
     "MIGRATIONS",
     "MIGRATIONS_TABLE",
     "MIGRATIONS_TABLE_DDL",
@@ -15,6 +16,7 @@ __all__ = [
     "RUNS_TABLE",
     "RUN_SUMMARY_VIEW",
     "SERVICE_NAME",
+    "SIGNATURE_SQL",
     "SPANS_TABLE",
     "TRACES_VIEW",
     "TRACES_VIEW_TRACE_ID_TS",
@@ -127,6 +129,110 @@ _METADATA = (
 )
 
 
+_FAILURE_COLUMNS = f""",
+    min(if(StatusCode = 'Error' AND FailureCause != '',
+        (Timestamp + toIntervalNanosecond(Duration), FailureCause, Timestamp),
+        ({_NEVER}, '', {_NEVER}))) AS Failure,
+    groupUniqArrayIf((Timestamp, AgentName), SpanType = 'agent' AND AgentName != '')
+        AS AgentStarts"""
+"""Migration 4's columns of ``runs`` (ADR 34): the run's failing span -- the errored span that
+ended first, the origin of an error its parents also carry, ties broken by the cause, never
+by an id -- as (end, cause, start), and when each agent of the run started, from which the
+summary derives the path of agents that led to the failure."""
+
+
+def _runs_select(*, failures: bool) -> str:
+    extra = _FAILURE_COLUMNS if failures else ""
+    return f"""
+SELECT ProjectId, TraceId,
+    min(Timestamp) AS Start,
+    max(Timestamp + toIntervalNanosecond(Duration)) AS End,
+    uniqExactState(SpanId) AS Spans,
+    groupUniqArrayIf(SpanId, StatusCode = 'Error') AS ErrorSpans,
+    min(if(StatusCode = 'Error', (Timestamp, SpanId, SpanName, ErrorType),
+        ({_NEVER}, '', '', ''))) AS FirstError,
+    min(if(ParentSpanId = '', (Timestamp, if(SpanAttributes['gen_ai.workflow.name'] != '',
+        SpanAttributes['gen_ai.workflow.name'], SpanName)), ({_NEVER}, ''))) AS Workflow,
+    min(if(SpanType = 'agent' AND AgentName != '', (Timestamp, AgentName), ({_NEVER}, '')))
+        AS RootAgent,
+    groupUniqArrayIf(AgentName, AgentName != '') AS Agents,
+    maxMap(if(SpanType = 'llm', ([concat(SpanId, ':', Model)], [InputTokens], [OutputTokens]),
+        ([], [], []))) AS Usage,
+    max(multiIf(RunKind = 'replay', 3, RunKind = 'eval', 2, RunKind = 'sweep', 1, 0))
+        AS KindCode,
+    max(SourceRunId) AS SourceRunId,
+    maxIf(if(JSONExtractString({_METADATA}, 'afr.eval.status') != '',
+        JSONExtractString({_METADATA}, 'afr.eval.status'),
+        JSONExtractString({_METADATA}, 'afr.verdict')), ParentSpanId = '') AS Verdict,
+    maxIf(JSONExtractString({_METADATA}, 'afr.eval.name'), ParentSpanId = '') AS EvalName,
+    maxIf(JSONExtractString({_METADATA}, 'afr.sweep.id'), ParentSpanId = '') AS SweepId{extra}
+FROM {{db}}.{SPANS_TABLE}
+"""
+
+
+FAILURE_PATH_SQL = (
+    "arrayCompact(arrayMap(a -> a.2, arraySort(arrayFilter(a -> a.1 <= {failure}.3, "
+    "groupUniqArrayArray(AgentStarts)))))"
+)
+"""The path of agents that led to a run's failure, from its merged ``runs`` rows: every agent
+started at or before the failing span, in start order (ties by name), repeats in a row once.
+The Agents SDK runs the agents of a handoff chain as sibling spans, so the failing span's
+ancestors alone would name only the last agent."""
+SIGNATURE_SQL = (
+    "if({cause} = '', '', lower(hex(sipHash64({cause}, arrayStringConcat({path}, '>')))))"
+)
+"""A run's failure signature: 16 hex digits over its failing span's cause and the agent
+path; ``''`` for a run without a failure cause. One definition, used by the ``run_summary``
+view and the reader."""
+_FAILURE_SUMMARY = f""",
+    min(Failure) AS failure,
+    failure.2 AS failure_cause,
+    {FAILURE_PATH_SQL.format(failure="failure")} AS failure_path,
+    {SIGNATURE_SQL.format(cause="failure_cause", path="failure_path")} AS signature"""
+
+
+def _summary_view(*, failures: bool) -> str:
+    create = "CREATE OR REPLACE VIEW" if failures else "CREATE VIEW IF NOT EXISTS"
+    extra = _FAILURE_SUMMARY if failures else ""
+    return f"""
+{create} {{db}}.{RUN_SUMMARY_VIEW} AS
+WITH (
+    SELECT CAST((groupArray(Model), groupArray((InputUsdPerMTok, OutputUsdPerMTok))),
+        'Map(String, Tuple(Float64, Float64))')
+    FROM {{db}}.{MODEL_PRICES_TABLE} FINAL
+) AS prices
+SELECT
+    ProjectId AS project,
+    TraceId AS run_id,
+    min(Start) AS start,
+    max(End) AS end,
+    (toUnixTimestamp64Nano(end) - toUnixTimestamp64Nano(start)) / 1e6 AS duration_ms,
+    uniqExactMerge(Spans) AS span_count,
+    length(groupUniqArrayArray(ErrorSpans)) AS error_count,
+    if(error_count > 0, 'error', 'ok') AS status,
+    min(FirstError) AS first_error,
+    first_error.2 AS failing_span_id,
+    first_error.3 AS failing_span_name,
+    first_error.4 AS failing_error_type,
+    min(Workflow).2 AS workflow,
+    min(RootAgent).2 AS root_agent,
+    arraySort(groupUniqArrayArray(Agents)) AS agents,
+    maxMap(Usage) AS usage,
+    arraySum(usage.2) AS input_tokens,
+    arraySum(usage.3) AS output_tokens,
+    arraySum(arrayMap((k, i, o) -> (i * prices[substring(k, position(k, ':') + 1)].1
+        + o * prices[substring(k, position(k, ':') + 1)].2) / 1e6,
+        usage.1, usage.2, usage.3)) AS cost_usd,
+    ['capture', 'sweep', 'eval', 'replay'][max(KindCode) + 1] AS kind,
+    max(SourceRunId) AS source_run_id,
+    max(Verdict) AS verdict,
+    max(EvalName) AS eval_name,
+    max(SweepId) AS sweep_id{extra}
+FROM {{db}}.{RUNS_TABLE}
+GROUP BY ProjectId, TraceId
+"""
+
+
 def _runs_ddl(ttl_days: int | None) -> tuple[str, ...]:
     """The per-run summary, kept by the store itself.
 
@@ -165,31 +271,7 @@ ORDER BY (ProjectId, TraceId)
 {ttl}
 SETTINGS index_granularity = 128, min_compress_block_size = 4096, max_compress_block_size = 8192
 """
-    select = f"""
-SELECT ProjectId, TraceId,
-    min(Timestamp) AS Start,
-    max(Timestamp + toIntervalNanosecond(Duration)) AS End,
-    uniqExactState(SpanId) AS Spans,
-    groupUniqArrayIf(SpanId, StatusCode = 'Error') AS ErrorSpans,
-    min(if(StatusCode = 'Error', (Timestamp, SpanId, SpanName, ErrorType),
-        ({_NEVER}, '', '', ''))) AS FirstError,
-    min(if(ParentSpanId = '', (Timestamp, if(SpanAttributes['gen_ai.workflow.name'] != '',
-        SpanAttributes['gen_ai.workflow.name'], SpanName)), ({_NEVER}, ''))) AS Workflow,
-    min(if(SpanType = 'agent' AND AgentName != '', (Timestamp, AgentName), ({_NEVER}, '')))
-        AS RootAgent,
-    groupUniqArrayIf(AgentName, AgentName != '') AS Agents,
-    maxMap(if(SpanType = 'llm', ([concat(SpanId, ':', Model)], [InputTokens], [OutputTokens]),
-        ([], [], []))) AS Usage,
-    max(multiIf(RunKind = 'replay', 3, RunKind = 'eval', 2, RunKind = 'sweep', 1, 0))
-        AS KindCode,
-    max(SourceRunId) AS SourceRunId,
-    maxIf(if(JSONExtractString({_METADATA}, 'afr.eval.status') != '',
-        JSONExtractString({_METADATA}, 'afr.eval.status'),
-        JSONExtractString({_METADATA}, 'afr.verdict')), ParentSpanId = '') AS Verdict,
-    maxIf(JSONExtractString({_METADATA}, 'afr.eval.name'), ParentSpanId = '') AS EvalName,
-    maxIf(JSONExtractString({_METADATA}, 'afr.sweep.id'), ParentSpanId = '') AS SweepId
-FROM {{db}}.{SPANS_TABLE}
-"""
+    select = _runs_select(failures=False)
     view = f"""
 CREATE MATERIALIZED VIEW IF NOT EXISTS {{db}}.{RUNS_TABLE}_mv TO {{db}}.{RUNS_TABLE} AS
 {select}
@@ -207,44 +289,27 @@ CREATE TABLE IF NOT EXISTS {{db}}.{MODEL_PRICES_TABLE} (
 ) ENGINE = ReplacingMergeTree(UpdatedAt)
 ORDER BY Model
 """
-    summary = f"""
-CREATE VIEW IF NOT EXISTS {{db}}.{RUN_SUMMARY_VIEW} AS
-WITH (
-    SELECT CAST((groupArray(Model), groupArray((InputUsdPerMTok, OutputUsdPerMTok))),
-        'Map(String, Tuple(Float64, Float64))')
-    FROM {{db}}.{MODEL_PRICES_TABLE} FINAL
-) AS prices
-SELECT
-    ProjectId AS project,
-    TraceId AS run_id,
-    min(Start) AS start,
-    max(End) AS end,
-    (toUnixTimestamp64Nano(end) - toUnixTimestamp64Nano(start)) / 1e6 AS duration_ms,
-    uniqExactMerge(Spans) AS span_count,
-    length(groupUniqArrayArray(ErrorSpans)) AS error_count,
-    if(error_count > 0, 'error', 'ok') AS status,
-    min(FirstError) AS first_error,
-    first_error.2 AS failing_span_id,
-    first_error.3 AS failing_span_name,
-    first_error.4 AS failing_error_type,
-    min(Workflow).2 AS workflow,
-    min(RootAgent).2 AS root_agent,
-    arraySort(groupUniqArrayArray(Agents)) AS agents,
-    maxMap(Usage) AS usage,
-    arraySum(usage.2) AS input_tokens,
-    arraySum(usage.3) AS output_tokens,
-    arraySum(arrayMap((k, i, o) -> (i * prices[substring(k, position(k, ':') + 1)].1
-        + o * prices[substring(k, position(k, ':') + 1)].2) / 1e6,
-        usage.1, usage.2, usage.3)) AS cost_usd,
-    ['capture', 'sweep', 'eval', 'replay'][max(KindCode) + 1] AS kind,
-    max(SourceRunId) AS source_run_id,
-    max(Verdict) AS verdict,
-    max(EvalName) AS eval_name,
-    max(SweepId) AS sweep_id
-FROM {{db}}.{RUNS_TABLE}
-GROUP BY ProjectId, TraceId
-"""
+    summary = _summary_view(failures=False)
     return table, view, backfill, prices, summary
+
+
+def _failure_ddl() -> tuple[str, ...]:
+    """The spans' failure causes and the summary's failure columns. Runs stored before have
+    no cause (it is computed at ingest), so no signature: nothing to backfill."""
+    return (
+        f"ALTER TABLE {{db}}.{SPANS_TABLE} ADD COLUMN IF NOT EXISTS "
+        "FailureCause LowCardinality(String) CODEC(ZSTD(1))",
+        # The defaults are what the aggregates' "no match" values are, so the partial rows
+        # stored before the columns existed never win a min.
+        f"ALTER TABLE {{db}}.{RUNS_TABLE} ADD COLUMN IF NOT EXISTS Failure "
+        "SimpleAggregateFunction(min, Tuple(DateTime64(9), String, DateTime64(9))) "
+        f"DEFAULT ({_NEVER}, '', {_NEVER})",
+        f"ALTER TABLE {{db}}.{RUNS_TABLE} ADD COLUMN IF NOT EXISTS AgentStarts "
+        "SimpleAggregateFunction(groupUniqArrayArray, Array(Tuple(DateTime64(9), String)))",
+        f"ALTER TABLE {{db}}.{RUNS_TABLE}_mv MODIFY QUERY\n{_runs_select(failures=True)}"
+        "GROUP BY ProjectId, TraceId",
+        _summary_view(failures=True),
+    )
 
 
 def migrations(ttl_days: int | None) -> tuple[Migration, ...]:
@@ -291,6 +356,7 @@ FROM {{db}}.{TRACE_ID_TS_TABLE}
 """,
             ),
         ),
+        Migration(4, "failure signatures (ADR 34)", _failure_ddl()),
     )
 
 
