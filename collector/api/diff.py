@@ -48,6 +48,7 @@ __all__ = ["STEP_TYPES", "diff_runs", "pointer_differences", "recorded_verdict",
 
 STEP_TYPES: Final = ("task", "agent", "turn", "llm", "tool", "handoff", "guardrail")
 _CONTAINERS: Final = frozenset({"task", "agent", "turn"})
+_HANDOFF_TOOL_PREFIX: Final = "transfer_to_"  # the SDK's handoff tools
 _MISSING: Final = object()
 # What decides a step's kind, first to last (models.DivergenceKind).
 _PRECEDENCE: Final = (
@@ -96,6 +97,16 @@ class Step:
     def error(self) -> str:
         return (self.span.error_type or self.span.status.message) if self.failed else ""
 
+    @property
+    def error_message(self) -> str:
+        """What the error said (the exception's message): a 400 is not a 500."""
+        if not self.failed:
+            return ""
+        for event in self.span.events:
+            if event.name == "exception" and event.attributes.get("exception.message"):
+                return event.attributes["exception.message"]
+        return self.span.attributes.get(sc.AFR_ERROR_DATA, "")
+
 
 def _json(text: str) -> Any:
     try:
@@ -104,20 +115,29 @@ def _json(text: str) -> Any:
         return text
 
 
-def _model_text(output: str) -> str:
-    """A model call's text: the text parts of its output messages (GenAI semconv), or the
-    body as it is when it is no such document. Tool-call parts are left out: the calls they
-    ask for are steps of their own."""
+def _model_output(output: str, ran: set[str]) -> Any:
+    """A model call's output as compared: the text parts of its output messages (GenAI
+    semconv), or the body as it is when it is no such document. A tool call it asked for
+    that ran (its id is a tool span's) or is a handoff is a step of its own; one that never
+    ran (the SDK refused it: no such tool) is part of the output, by name and arguments."""
     parsed = _json(output)
     if not isinstance(parsed, list):
         return output
-    texts = []
+    texts: list[str] = []
+    unrun: list[dict[str, Any]] = []
     for message in parsed:
         parts = message.get("parts") if isinstance(message, dict) else None
         for part in parts if isinstance(parts, list) else []:
-            if isinstance(part, dict) and part.get("type") == "text":
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "text":
                 texts.append(str(part.get("content", "")))
-    return "\n".join(texts)
+            elif part.get("type") == "tool_call" and part.get("id") not in ran:
+                name = str(part.get("name") or "")
+                if not name.startswith(_HANDOFF_TOOL_PREFIX):
+                    unrun.append({"name": name, "arguments": _json(str(part.get("arguments")))})
+    text = "\n".join(texts)
+    return {"text": text, "calls_not_run": unrun} if unrun else text
 
 
 def _tree_order(spans: Sequence[Span]) -> list[Span]:
@@ -160,6 +180,7 @@ def _handoff_target(span: Span) -> str:
 def run_steps(spans: Sequence[Span]) -> list[Step]:
     """A run's steps, in tree order."""
     by_id = {span.span_id: span for span in spans}
+    ran = {s.tool_call_id for s in spans if s.span_type == "tool" and s.tool_call_id}
     steps = []
     for span in _tree_order(spans):
         kind = span.span_type
@@ -174,7 +195,7 @@ def run_steps(spans: Sequence[Span]) -> list[Step]:
             owner = _owner(span, by_id)
             model = span.model
             steps.append(
-                Step(kind, owner, span, model, output=_model_text(span.output), model=model)
+                Step(kind, owner, span, model, output=_model_output(span.output, ran), model=model)
             )
         elif kind == "tool":
             name = span.tool_name or span.name
@@ -287,13 +308,16 @@ def _differences(a: Step | None, b: Step | None) -> list[str]:
         found.append("handoff")
     if a.type == "tool" and pointer_differences(a.arguments, b.arguments):
         found.append("arguments")
-    if a.model != b.model:
+    if a.model and b.model and a.model != b.model:  # a failed call may not name it
         found.append("model")
     if pointer_differences(a.output, b.output) if a.type == "tool" else a.output != b.output:
         found.append("output")
     if a.triggered != b.triggered:
         found.append("guardrail")
-    if a.failed != b.failed or a.error != b.error:
+    # A tool's error message is not compared: what the model saw is its output (compared
+    # above), and a replay's stand-in fails the span with the captured outcome, not the text.
+    messages = (a.error_message, b.error_message) if a.type != "tool" else ()
+    if a.failed != b.failed or a.error != b.error or len(set(messages)) > 1:
         found.append("error")
     return sorted(set(found), key=_PRECEDENCE.index)
 
@@ -356,7 +380,9 @@ def _summary(step: DiffStep, kind: str, a: Step | None, b: Step | None, pointers
     if a.failed != b.failed:
         failed = a if a.failed else b
         return f"{what}: failed in {'a' if a.failed else 'b'} only ({failed.error})"
-    return f"{what}: {a.error} in a, {b.error} in b"
+    return f"{what}: another error: {a.error_message or a.error} in a, " + (
+        f"{b.error_message or b.error} in b"
+    )
 
 
 def _divergence(
