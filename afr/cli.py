@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_parser(commands)
     add_sweep_parser(commands)
     add_schema_parser(commands)
-    add_runs_parser(commands).set_defaults(func=_runs)  # afr runs list|show|tail
+    add_runs_parser(commands).set_defaults(func=_runs)  # afr runs list|show|diff|tail
     add_grafana_parser(commands).set_defaults(func=_grafana)  # afr grafana push
     add_secrets_parser(commands)  # afr secrets init
     add_sql_users_parser(commands)  # afr sql-users create|list|revoke

@@ -222,6 +222,8 @@ class Collector:
             routes=[
                 Route("/v1/traces", otlp.handle, methods=["POST"]),
                 Route("/api/v1/runs", runs.list_runs, methods=["GET"]),
+                # Before /{run_id}, which would take "diff" for a (malformed) run id.
+                Route("/api/v1/runs/diff", runs.diff_runs, methods=["GET"]),
                 Route("/api/v1/runs/{run_id}", runs.get_run, methods=["GET"]),
                 Route("/api/v1/runs/{run_id}/otlp", runs.get_run_otlp, methods=["GET"]),
                 Route("/api/v1/openapi.json", openapi, methods=["GET"]),

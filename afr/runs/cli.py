@@ -1,6 +1,6 @@
-"""``afr runs list|show|tail``: the commands (their parser is ``afr.runs.parser``). They read
-the API through ``afr.runs.client``, render with ``afr.runs.render`` and tail with
-``afr.runs.tail``. Exit status 2 on any error, one line on stderr."""
+"""``afr runs list|show|diff|tail``: the commands (their parser is ``afr.runs.parser``). They
+read the API through ``afr.runs.client``, render with ``afr.runs.render`` (a diff with
+``afr.runs.diff_render``) and tail with ``afr.runs.tail``. Exit status 2 on any error, one line on stderr."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
 from afr.runs.client import API_KEY_ENV, API_URL_ENV, DEFAULT_API_URL, RunsApiError, RunsClient
+from afr.runs.diff_render import render_diff
 from afr.runs.render import render_run, render_run_row
 from afr.runs.tail import TAIL_SINCE, tail_runs
 from afr.runs.terminal import Terminal, isatty, terminal_for
@@ -21,7 +22,7 @@ from afr.runs.times import NS_PER_S, api_time, parse_time
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["list_lines", "run_command", "show_lines"]
+__all__ = ["diff_lines", "list_lines", "run_command", "show_lines"]
 
 
 def _resolve_key(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
@@ -131,6 +132,19 @@ def _show(args: argparse.Namespace, client: RunsClient, out: IO[str], term: Term
     return 0
 
 
+def diff_lines(client: RunsClient, run_a: str, run_b: str, term: Terminal) -> list[str]:
+    """``afr runs diff A B``: run B aligned with run A, read from the API."""
+    return render_diff(client.diff_runs(run_a, run_b), term)
+
+
+def _diff(args: argparse.Namespace, client: RunsClient, out: IO[str], term: Terminal) -> int:
+    if args.json:
+        _print_lines([json.dumps(client.diff_runs(args.run_a, args.run_b), indent=2)], out)
+    else:
+        _print_lines(diff_lines(client, args.run_a, args.run_b, term), out)
+    return 0
+
+
 def _tail(
     args: argparse.Namespace,
     client: RunsClient,
@@ -181,7 +195,7 @@ def run_command(
     sleep: Callable[[float], None] = time.sleep,
     transport: httpx.BaseTransport | None = None,
 ) -> int:
-    """Runs ``afr runs <list|show|tail>``: 0, or 2 with one line on stderr."""
+    """Runs ``afr runs <list|show|diff|tail>``: 0, or 2 with one line on stderr."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     env = os.environ if environ is None else environ
@@ -194,6 +208,8 @@ def run_command(
                 return _list(args, client, out, err, term, clock())
             if command == "show":
                 return _show(args, client, out, term)
+            if command == "diff":
+                return _diff(args, client, out, term)
             return _tail(args, client, out, err, term, clock=clock, sleep=sleep)
     except RunsApiError as exc:
         print(f"afr runs {command}: {exc}", file=err)

@@ -1,4 +1,4 @@
-"""The read API client: ``GET /api/v1/runs`` and ``GET /api/v1/runs/{id}`` with the project
+"""The read API client: ``GET /api/v1/runs``, ``/api/v1/runs/{id}`` and ``/api/v1/runs/diff`` with the project
 key as a bearer token, every failure mapped to one ``RunsApiError`` line (the only place
 HTTP statuses become messages). The key is sent as a header and never printed, not even in
 an error."""
@@ -101,6 +101,10 @@ class RunsClient:
         """``{"run": summary, "spans": [...]}``."""
         return self._get(f"/api/v1/runs/{quote(run_id, safe='')}", {}, run_id=run_id)
 
+    def diff_runs(self, a: str, b: str) -> dict[str, Any]:
+        """``b`` against ``a``, as ``GET /api/v1/runs/diff`` answers (collector.api.models.RunDiff)."""
+        return self._get("/api/v1/runs/diff", {"a": a, "b": b}, run_id=None)
+
     def _get(self, path: str, params: Mapping[str, str], *, run_id: str | None) -> dict[str, Any]:
         import httpx
 
@@ -130,6 +134,8 @@ class RunsClient:
             )
         if status == 404 and run_id is not None:
             raise RunsApiError(f"no run {clean(run_id)} in this key's project (404)")
+        if status == 404 and message:  # the diff names which of its runs
+            raise RunsApiError(f"{clean(str(message))} in this key's project (404)")
         if status == 400:
             raise RunsApiError(f"bad request: {clean(str(message or 'HTTP 400'))}")
         detail = f": {clean(str(message))}" if message else ""

@@ -15,10 +15,10 @@ __all__ = ["add_runs_parser"]
 def add_runs_parser(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> argparse.ArgumentParser:
-    """``afr runs list|show|tail``; the caller sets the ``func`` that runs ``run_command``."""
+    """``afr runs list|show|diff|tail``; the caller sets the ``func`` that runs ``run_command``."""
     runs = commands.add_parser(
         "runs",
-        help="runs in the terminal: list, show one, tail new ones",
+        help="runs in the terminal: list, show one, diff two, tail new ones",
         description="Reads the collector's read API (--url, or AFR_API_URL; default "
         f"{DEFAULT_API_URL}) with the project key in AFR_API_KEY or, failing that, the local "
         "project's key in --data-dir. Exit status 2 on any error, one line on stderr.",
@@ -53,6 +53,16 @@ def add_runs_parser(
     show.add_argument("run_id")
     show.add_argument("--full", action="store_true", help="the failing span's bodies in full")
     connection(show)
+
+    diff = sub.add_parser(
+        "diff",
+        help="two runs step by step: the first divergence, token, cost and latency deltas",
+        description="Aligns run B with run A (a source run and its replay or eval, or two "
+        "captures of one workflow) and shows where B first differs, with B-minus-A deltas.",
+    )
+    diff.add_argument("run_a", metavar="A", help="the first run (e.g. the source)")
+    diff.add_argument("run_b", metavar="B", help="the second run (e.g. its replay)")
+    connection(diff)
 
     tail = sub.add_parser("tail", help="new runs as they arrive, until Ctrl-C")
     filters(tail, TAIL_SINCE)

@@ -26,10 +26,13 @@ from afr_exporter.semconv import RUN_KINDS
 from collector.store.reader import decode_cursor
 
 __all__ = [
+    "DiffQuery",
+    "Divergence",
     "Error",
     "OtlpTrace",
     "Run",
     "RunDetail",
+    "RunDiff",
     "RunList",
     "RunQuery",
     "Span",
@@ -229,6 +232,139 @@ class Span(BaseModel):
 class RunDetail(BaseModel):
     run: Run
     spans: list[Span]
+
+
+# --- GET /api/v1/runs/diff ---------------------------------------------------------------
+def _diff_run_id(value: object, info: ValidationInfo) -> str:
+    text = str(value if value is not None else "").strip().lower().removeprefix("trace_")
+    if not text:
+        raise ValueError(f"{info.field_name} is required: a run id")
+    if not _HEX32.match(text):
+        raise ValueError(f"{info.field_name} must be a run id (32 hex digits)")
+    return text
+
+
+DiffRunId = Annotated[str, BeforeValidator(_diff_run_id)]
+
+
+class DiffQuery(BaseModel):
+    """``GET /api/v1/runs/diff``'s query parameters: two different runs of the project."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    a: DiffRunId = Field(description="the first run (a source run): 32 hex digits")
+    b: DiffRunId = Field(description="the second run (a replay, an eval, another capture)")
+
+
+StepType = Literal["task", "agent", "turn", "llm", "tool", "handoff", "guardrail"]
+DivergenceKind = Literal[
+    "missing_step",
+    "extra_step",
+    "step",
+    "agent",
+    "tool",
+    "handoff",
+    "arguments",
+    "model",
+    "output",
+    "guardrail",
+    "error",
+]
+
+
+class StepSide(BaseModel):
+    """One run's span at an aligned step."""
+
+    span_id: str
+    name: str = Field(description="agent, tool, guardrail or model name; a handoff's target")
+    call_id: str = Field(description="a tool call's id; empty elsewhere")
+    status: RunStatus
+    error_type: str
+    duration_ns: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float = Field(description="tokens priced by model (AFR_MODEL_PRICES)")
+
+
+class StepDelta(BaseModel):
+    """b minus a."""
+
+    duration_ns: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+class DiffStep(BaseModel):
+    """A step of the alignment: the same step in both runs, or a step only one of them has."""
+
+    index: int
+    type: StepType
+    name: str = Field(description="what aligns it: agent, tool, model-calling agent, guardrail")
+    a: StepSide | None = Field(description="null: a has no such step")
+    b: StepSide | None = Field(description="null: b has no such step")
+    differences: list[DivergenceKind] = Field(description="empty: the step is the same")
+    delta: StepDelta | None = Field(description="null unless both runs have the step")
+
+
+class PointerDifference(BaseModel):
+    """A value that differs between two JSON documents, at its JSON pointer (RFC 6901)."""
+
+    pointer: str = Field(description='"" is the whole document')
+    a: Any = Field(None, description="a's value (null when absent there)")
+    b: Any = Field(None, description="b's value (null when absent there)")
+    in_a: bool
+    in_b: bool
+
+
+class Divergence(BaseModel):
+    """The first step where the runs differ."""
+
+    step: int = Field(description="index into steps")
+    type: StepType
+    name: str
+    kind: DivergenceKind = Field(description="the difference that decides it")
+    differences: list[DivergenceKind] = Field(description="every difference at this step")
+    summary: str = Field(description="one line for a human")
+    tool_step: int | None = Field(description="the index among tool calls, at a tool call")
+    arguments: list[PointerDifference] = Field(description="other arguments, by JSON pointer")
+    output: list[PointerDifference] = Field(description="another output, by JSON pointer")
+
+
+class ToolDivergence(BaseModel):
+    """The replay verdict's notion of the first divergence: tool calls compared by position."""
+
+    step: int = Field(description="the index among tool calls")
+    kind: Literal["missing_call", "extra_call", "different_tool", "different_arguments"]
+    tool: str = Field(description="b's tool (a's when b has no call there)")
+    a_tool: str | None = Field(description="a's tool, when it is another")
+    arguments: list[PointerDifference]
+
+
+class RecordedVerdict(BaseModel):
+    """The verdict a replay or eval run recorded against its source (one of the two runs)."""
+
+    run_id: str = Field(description="the replay or eval run")
+    verdict: str
+    reason: str
+    first_divergence: dict[str, Any] | None = Field(description="as the replay recorded it")
+    agrees: bool = Field(description="whether it is this diff's tool_divergence")
+
+
+class RunDiff(BaseModel):
+    """Two runs aligned step by step, where they first diverge, and what each step cost."""
+
+    a: Run
+    b: Run
+    steps: list[DiffStep]
+    first_divergence: Divergence | None = Field(description="null: the runs do the same")
+    tool_divergence: ToolDivergence | None = Field(
+        description="the first tool call that differs by position (the replay verdict's notion)"
+    )
+    verdict: RecordedVerdict | None = Field(
+        description="when one run is a replay or eval of the other"
+    )
+    delta: StepDelta = Field(description="the whole runs: b minus a")
 
 
 # --- GET /api/v1/runs/{run_id}/otlp -------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any, Final
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from collector.api.models import Error, OtlpTrace, RunDetail, RunList, RunQuery
+from collector.api.models import DiffQuery, Error, OtlpTrace, RunDetail, RunDiff, RunList, RunQuery
 from collector.api.status import BadParameter, RunNotFound, status_of
 from collector.errors import Unauthenticated
 
@@ -47,6 +47,13 @@ OPERATIONS: Final[dict[str, Operation]] = {
         (BadParameter, Unauthenticated),
         query=RunQuery,
     ),
+    "/api/v1/runs/diff": Operation(
+        "Two runs aligned step by step: the first divergence, per-step token, cost and "
+        "latency deltas, and a replay's or eval's recorded verdict against its source",
+        RunDiff,
+        (BadParameter, Unauthenticated, RunNotFound),
+        query=DiffQuery,
+    ),
     "/api/v1/runs/{run_id}": Operation(
         "A run's summary and all its spans (normalized JSON)",
         RunDetail,
@@ -76,10 +83,11 @@ def _summary(kind: type[Exception]) -> str:
 
 
 def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
-    """One optional query parameter per field; ``null`` is how a model says absent, which a
-    query spells by leaving the parameter out."""
+    """One query parameter per field, optional unless the model requires it; ``null`` is how
+    a model says absent, which a query spells by leaving the parameter out."""
     parameters = []
-    for name, schema in model.model_json_schema(mode="validation")["properties"].items():
+    document = model.model_json_schema(mode="validation")
+    for name, schema in document["properties"].items():
         schema = {k: v for k, v in schema.items() if k != "title"}
         branches = [b for b in schema.pop("anyOf", []) if b != {"type": "null"}]
         if len(branches) == 1:
@@ -88,6 +96,8 @@ def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
             schema.pop("default", None)
         description = schema.pop("description", None)
         parameter = {"name": name, "in": "query", "schema": schema}
+        if name in document.get("required", ()):
+            parameter["required"] = True
         if description:
             parameter["description"] = description
         parameters.append(parameter)

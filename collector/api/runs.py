@@ -1,6 +1,7 @@
 """The read API: runs and their spans, scoped to the caller's project.
 
 ``GET /api/v1/runs``                 summaries, newest first, filters and cursor paging
+``GET /api/v1/runs/diff?a=&b=``      two runs aligned step by step (diff.py)
 ``GET /api/v1/runs/{run_id}``        summary + every span, normalized JSON
 ``GET /api/v1/runs/{run_id}/otlp``   the run as an OTLP/JSON ExportTraceServiceRequest
 ``GET /api/v1/openapi.json``         this API's OpenAPI document
@@ -23,10 +24,13 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from collector.api.diff import diff_runs
 from collector.api.models import (
+    DiffQuery,
     OtlpTrace,
     Run,
     RunDetail,
+    RunDiff,
     RunList,
     RunQuery,
     Span,
@@ -255,6 +259,31 @@ class RunsApi:
             return loaded
         run, spans = loaded
         return JSONResponse(dump(RunDetail(run=run, spans=spans)))
+
+    async def diff_runs(self, request: Request) -> Response:
+        """``b`` against ``a``; an unknown run (or another project's) is a 404 naming it."""
+        try:
+            project = self._project(request)
+            try:
+                query = DiffQuery.model_validate(dict(request.query_params))
+            except ValidationError as error:
+                raise _bad_query(error) from None
+            if query.a == query.b:
+                raise BadParameter("a and b are the same run: diff two different runs")
+            diff = await asyncio.to_thread(self._diff, project, query.a, query.b)
+        except (ApiError, Unauthenticated) as error:
+            return error_response(error)
+        return JSONResponse(dump(diff))
+
+    def _diff(self, project: str, a: str, b: str) -> RunDiff:
+        loaded = []
+        for name, run_id in (("a", a), ("b", b)):
+            view = self._run_view(project, run_id)
+            if view is None:
+                raise RunNotFound(f"no such run: {name}={run_id}")
+            loaded.append(view)
+        (run_a, spans_a), (run_b, spans_b) = loaded
+        return diff_runs(run_a, spans_a, run_b, spans_b, self._reader.prices)
 
     async def get_run_otlp(self, request: Request) -> Response:
         loaded = await self._load(request)

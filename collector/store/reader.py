@@ -180,6 +180,11 @@ class RunReader:
         self._max_spans = max_spans
         self._prices = dict(prices or {})
 
+    @property
+    def prices(self) -> Mapping[str, tuple[float, float]]:
+        """USD per million input and output tokens, by model (AFR_MODEL_PRICES)."""
+        return self._prices
+
     def _merged(
         self,
         project: str,

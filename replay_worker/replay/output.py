@@ -3,7 +3,8 @@
 The source agent's ``output_type`` is a Python type the worker does not have; its JSON
 schema was recorded at capture. A replay asks the model for that schema and validates the
 final output against it, so a replay that answers in the wrong shape fails as the source
-did (the SDK raises ``ModelBehaviorError``).
+did (the SDK raises ``ModelBehaviorError``) and its trace shows it where the source's did
+(the SDK marks the current span, the turn, "Invalid JSON provided").
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from agents.agent_output import AgentOutputSchemaBase
 from agents.exceptions import ModelBehaviorError
+from agents.tracing import SpanError, get_current_span
 
 from replay_worker.replay.validation import argument_validator
 
@@ -40,6 +42,9 @@ class CapturedOutputSchema(AgentOutputSchemaBase):
     def validate_json(self, json_str: str) -> Any:
         reason = argument_validator(self._schema, strict=self._strict)(json_str)
         if reason is not None:
+            span = get_current_span()
+            if span is not None:  # as agents.util._json.validate_json marks it
+                span.set_error(SpanError(message="Invalid JSON provided", data={}))
             # The reason names fields and error kinds, never values.
             raise ModelBehaviorError(f"Invalid JSON when parsing output for {self._name}: {reason}")
         return json.loads(json_str)

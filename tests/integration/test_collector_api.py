@@ -159,6 +159,7 @@ def test_openapi_is_served(running: Running) -> None:
     assert spec["openapi"].startswith("3.")
     assert set(spec["paths"]) == {
         "/api/v1/runs",
+        "/api/v1/runs/diff",
         "/api/v1/runs/{run_id}",
         "/api/v1/runs/{run_id}/otlp",
     }
