@@ -68,7 +68,6 @@ FIXED = "FAILURE_FIXED"
 # Trace-metadata keys the replay engine sets on the replay's root (engine.run_replay).
 _VERDICT_KEY = sc.METADATA_VERDICT
 _REPLAY_KEY = sc.METADATA_REPLAY
-_VERDICT_SPAN = "replay.verdict"
 _NS = 1_000_000_000
 # A corrected value in an eval's name: a date or an amount whole, a long text cut short.
 _SHOWN_CHARS = 32
@@ -105,7 +104,10 @@ def _root(spans: list[dict[str, Any]]) -> dict[str, Any]:
 def _verdict_data(spans: list[dict[str, Any]]) -> dict[str, Any]:
     for span in spans:
         attributes = span.get("attributes") or {}
-        if span["name"] == _VERDICT_SPAN or attributes.get(sc.AFR_CUSTOM_NAME) == _VERDICT_SPAN:
+        if (
+            span["name"] == sc.REPLAY_VERDICT_SPAN
+            or attributes.get(sc.AFR_CUSTOM_NAME) == sc.REPLAY_VERDICT_SPAN
+        ):
             data = _json(attributes.get(sc.AFR_CUSTOM_DATA))
             return data if isinstance(data, dict) else {}
     return {}

@@ -184,7 +184,7 @@ async def run_replay(
         )
         divergence = first_divergence(fixture.tool_calls, registry.invocations)
         with custom_span(
-            "replay.verdict",
+            sc.REPLAY_VERDICT_SPAN,
             data={
                 "verdict": decided.value,
                 "reason": decided.reason,
