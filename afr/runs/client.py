@@ -101,6 +101,21 @@ class RunsClient:
         """``{"run": summary, "spans": [...]}``."""
         return self._get(f"/api/v1/runs/{quote(run_id, safe='')}", {}, run_id=run_id)
 
+    def list_failures(self, params: Mapping[str, str]) -> dict[str, Any]:
+        """One page of failure clusters: ``{"failures": [...], "next_cursor": str | None}``."""
+        return self._get("/api/v1/failures", params, run_id=None)
+
+    def get_failure(self, signature: str, params: Mapping[str, str]) -> dict[str, Any]:
+        """``{"failure": cluster}``; a 404 names the signature."""
+        try:
+            return self._get(f"/api/v1/failures/{quote(signature, safe='')}", params, run_id=None)
+        except RunsApiError as exc:
+            if "HTTP 404" in str(exc):
+                raise RunsApiError(
+                    f"no failure {clean(signature)} in this key's project in the window (404)"
+                ) from None
+            raise
+
     def _get(self, path: str, params: Mapping[str, str], *, run_id: str | None) -> dict[str, Any]:
         import httpx
 

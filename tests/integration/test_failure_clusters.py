@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import io
 import itertools
 import json
 import random
@@ -23,6 +24,8 @@ import pytest
 from agents import gen_trace_id
 
 import afr_exporter
+from afr.cli import build_parser
+from afr.runs.failures import run_failures
 from afr.scripted_model import ScriptedModelServer
 from afr_exporter import semconv as sc
 from tests.booking_agent import BookingDesk, SourceKind, build_model, run_booking, source_script
@@ -294,3 +297,42 @@ def test_workflow_filter_and_project_scope(world: World) -> None:
     other = world.running.collector.keys.create("elsewhere")
     answer = world.running.api("/api/v1/failures", key=other, **window)
     assert answer.json()["failures"] == []
+
+
+def test_afr_failures_list_and_show(world: World) -> None:
+    base = time.time_ns() - 400 * 24 * _HOUR_NS
+    kind = _KINDS[0]
+    source = world.run_at(kind, base + _HOUR_NS)
+    world.linked_run("replay", source, base + 2 * _HOUR_NS, {sc.METADATA_VERDICT: "FAILURE_FIXED"})
+    world.linked_run(
+        "eval",
+        source,
+        base + 3 * _HOUR_NS,
+        {sc.METADATA_EVAL_NAME: "refund-guard", sc.METADATA_EVAL_STATUS: "passed"},
+    )
+    newest = world.run_at(kind, base + 4 * _HOUR_NS)
+    world.running.collector.flush()
+    window = ["--since", str(base / _NS), "--until", str((base + 24 * _HOUR_NS) / _NS)]
+    env = {"AFR_API_KEY": world.running.key, "NO_COLOR": "1"}
+
+    def afr(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        args = build_parser().parse_args(["failures", *argv, "--url", world.running.http_url])
+        code = run_failures(args, stdout=out, stderr=err, environ=env)
+        return code, out.getvalue(), err.getvalue()
+
+    code, out, err = afr("list", *window)
+    assert code == 0, err
+    lines = out.splitlines()
+    signature = world.signatures[kind]
+    assert lines[0].startswith("recurring") and lines[0].endswith(signature)
+    assert "1 run since eval refund-guard first ran" in out
+    code, out, _ = afr("list", *window, "--json")
+    assert [json.loads(line)["signature"] for line in out.splitlines()] == [signature]
+    code, out, err = afr("show", signature, *window)
+    assert code == 0, err
+    assert "eval refund-guard" in out and newest in out and source in out
+    code, _, err = afr("show", "0123456789abcdef", *window)
+    assert code == 2 and "no failure 0123456789abcdef" in err
+    code, _, err = afr("show", "nope", *window)
+    assert code == 2 and "16 hex digits" in err
