@@ -14,6 +14,7 @@ from collections.abc import Sequence
 # Standard library only at import, each of them: cheap for every command.
 from afr.commands.demo import add_demo_parser
 from afr.commands.evals import add_eval_parser
+from afr.commands.failures import add_failures_parser
 from afr.commands.keys import add_keys_parser
 from afr.commands.replay import add_replay_parser
 from afr.commands.schema import add_schema_parser
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(commands)
     add_schema_parser(commands)
     add_runs_parser(commands).set_defaults(func=_runs)  # afr runs list|show|diff|tail
+    add_failures_parser(commands)  # afr failures list|show
     add_grafana_parser(commands).set_defaults(func=_grafana)  # afr grafana push
     add_secrets_parser(commands)  # afr secrets init
     add_sql_users_parser(commands)  # afr sql-users create|list|revoke

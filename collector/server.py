@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from collector.api.failures import FailuresApi
 from collector.api.openapi import OPENAPI
 from collector.api.runs import RunsApi
 from collector.auth import Authenticator, KeyStore
@@ -31,6 +32,7 @@ from collector.receiver.http import OtlpHttpHandler
 from collector.settings import CollectorSettings
 from collector.sqlapi import SqlInterface
 from collector.store.client import ClickHouseStore, SpanStore
+from collector.store.failures import FailureReader
 from collector.store.reader import RunReader
 from collector.store.wal import WriteAheadLog
 from collector.store.writer import BatchWriter
@@ -179,6 +181,10 @@ class Collector:
             max_runs=self.settings.api_max_runs,
             default_lookback_s=self.settings.api_default_lookback_s,
         )
+        failures = FailuresApi(
+            FailureReader(self.store, query_timeout_s=self.settings.api_query_timeout_s),
+            self.auth,
+        )
         otlp = OtlpHttpHandler(self.pipeline, self.auth, self.settings.max_request_bytes)
 
         async def openapi(request: Request) -> Response:
@@ -226,6 +232,8 @@ class Collector:
                 Route("/api/v1/runs/diff", runs.diff_runs, methods=["GET"]),
                 Route("/api/v1/runs/{run_id}", runs.get_run, methods=["GET"]),
                 Route("/api/v1/runs/{run_id}/otlp", runs.get_run_otlp, methods=["GET"]),
+                Route("/api/v1/failures", failures.list_failures, methods=["GET"]),
+                Route("/api/v1/failures/{signature}", failures.get_failure, methods=["GET"]),
                 Route("/api/v1/openapi.json", openapi, methods=["GET"]),
                 Route("/healthz", health, methods=["GET"]),
             ]

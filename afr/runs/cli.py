@@ -22,7 +22,7 @@ from afr.runs.times import NS_PER_S, api_time, parse_time
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["diff_lines", "list_lines", "run_command", "show_lines"]
+__all__ = ["diff_lines", "list_lines", "resolve_key", "run_command", "show_lines"]
 
 
 def _resolve_key(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
@@ -42,6 +42,10 @@ def _resolve_key(args: argparse.Namespace, environ: Mapping[str, str]) -> str | 
         raise RunsApiError(f"cannot read the local key in {data_dir}: {exc.strerror}") from None
     except ValueError as exc:  # an invalid AFR_* setting: say which, not the whole report
         raise RunsApiError(f"settings: {str(exc).splitlines()[0]}") from None
+
+
+resolve_key = _resolve_key
+"""The project key as every read command finds it (``afr failures`` too)."""
 
 
 def _filter_params(args: argparse.Namespace, now_s: float) -> dict[str, str]:

@@ -105,6 +105,21 @@ class RunsClient:
         """``b`` against ``a``, as ``GET /api/v1/runs/diff`` answers (collector.api.models.RunDiff)."""
         return self._get("/api/v1/runs/diff", {"a": a, "b": b}, run_id=None)
 
+    def list_failures(self, params: Mapping[str, str]) -> dict[str, Any]:
+        """One page of failure clusters: ``{"failures": [...], "next_cursor": str | None}``."""
+        return self._get("/api/v1/failures", params, run_id=None)
+
+    def get_failure(self, signature: str, params: Mapping[str, str]) -> dict[str, Any]:
+        """``{"failure": cluster}``; a 404 names the signature."""
+        try:
+            return self._get(f"/api/v1/failures/{quote(signature, safe='')}", params, run_id=None)
+        except RunsApiError as exc:
+            if str(exc).endswith("(404)") or "HTTP 404" in str(exc):
+                raise RunsApiError(
+                    f"no failure {clean(signature)} in this key's project in the window (404)"
+                ) from None
+            raise
+
     def _get(self, path: str, params: Mapping[str, str], *, run_id: str | None) -> dict[str, Any]:
         import httpx
 

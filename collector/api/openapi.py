@@ -13,8 +13,9 @@ from typing import Any, Final
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from collector.api.failure_models import FailureDetail, FailureList, FailureQuery
 from collector.api.models import DiffQuery, Error, OtlpTrace, RunDetail, RunDiff, RunList, RunQuery
-from collector.api.status import BadParameter, RunNotFound, status_of
+from collector.api.status import BadParameter, FailureNotFound, RunNotFound, status_of
 from collector.errors import Unauthenticated
 
 __all__ = ["OPENAPI", "OPERATIONS", "Operation", "build_openapi"]
@@ -27,6 +28,13 @@ _RUN_ID_PARAMETER: Final = {
     "description": "32 hex digits (the OTel trace id), optionally prefixed trace_",
     "schema": {"type": "string", "pattern": "^(?:trace_)?[0-9a-fA-F]{32}$"},
 }
+_SIGNATURE_PARAMETER: Final = {
+    "name": "signature",
+    "in": "path",
+    "required": True,
+    "description": "a failure signature: 16 hex digits (ADR 34)",
+    "schema": {"type": "string", "pattern": "^[0-9a-fA-F]{16}$"},
+}
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class Operation:
     errors: tuple[type[Exception], ...]
     query: type[BaseModel] | None = None
     run_id: bool = False
+    signature: bool = False
 
 
 OPERATIONS: Final[dict[str, Operation]] = {
@@ -65,6 +74,19 @@ OPERATIONS: Final[dict[str, Operation]] = {
         OtlpTrace,
         (BadParameter, Unauthenticated, RunNotFound),
         run_id=True,
+    ),
+    "/api/v1/failures": Operation(
+        "Failure clusters of the caller's project over a window: recurring first",
+        FailureList,
+        (BadParameter, Unauthenticated),
+        query=FailureQuery,
+    ),
+    "/api/v1/failures/{signature}": Operation(
+        "One failure cluster: its runs, fixing replay and guarding eval",
+        FailureDetail,
+        (BadParameter, Unauthenticated, FailureNotFound),
+        query=FailureQuery,
+        signature=True,
     ),
 }
 
@@ -113,6 +135,8 @@ def _operation(operation: Operation) -> dict[str, Any]:
         else:
             responses[status] = _json(Error, _summary(kind))
     parameters = [_RUN_ID_PARAMETER] if operation.run_id else []
+    if operation.signature:
+        parameters.append(_SIGNATURE_PARAMETER)
     if operation.query is not None:
         parameters += _query_parameters(operation.query)
     return {"summary": operation.summary, "parameters": parameters, "responses": responses}

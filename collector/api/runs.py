@@ -43,7 +43,7 @@ from collector.model import SpanRecord
 from collector.processors.normalize import normalize_trace
 from collector.store.reader import RunFilter, RunReader, decode_cursor
 
-__all__ = ["RunsApi", "otlp_json", "otlp_trace", "span_json", "span_model"]
+__all__ = ["RunsApi", "bad_query", "otlp_json", "otlp_trace", "span_json", "span_model"]
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 _NS = 1_000_000_000
@@ -189,6 +189,10 @@ def _bad_query(error: ValidationError) -> BadParameter:
         return BadParameter(str(cause))
     field = ".".join(str(part) for part in first["loc"]) or "query"
     return BadParameter(f"{field}: {first['msg']}")
+
+
+bad_query = _bad_query
+"""The same mapping for the other read routes (failures.py)."""
 
 
 class RunsApi:

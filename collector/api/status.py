@@ -21,6 +21,7 @@ __all__ = [
     "STATUS_BY_ERROR",
     "ApiError",
     "BadParameter",
+    "FailureNotFound",
     "RunNotFound",
     "error_response",
     "status_of",
@@ -39,10 +40,15 @@ class RunNotFound(ApiError):
     """No such run in the caller's project (another project's run looks the same)."""
 
 
+class FailureNotFound(ApiError):
+    """No run of the caller's project has this failure signature in the window."""
+
+
 STATUS_BY_ERROR: Final[Mapping[type[Exception], HTTPStatus]] = {
     BadParameter: HTTPStatus.BAD_REQUEST,
     Unauthenticated: HTTPStatus.UNAUTHORIZED,
     RunNotFound: HTTPStatus.NOT_FOUND,
+    FailureNotFound: HTTPStatus.NOT_FOUND,
 }
 """Every error kind the read API answers with, and its status."""
 

@@ -162,6 +162,8 @@ def test_openapi_is_served(running: Running) -> None:
         "/api/v1/runs/diff",
         "/api/v1/runs/{run_id}",
         "/api/v1/runs/{run_id}/otlp",
+        "/api/v1/failures",
+        "/api/v1/failures/{signature}",
     }
 
 

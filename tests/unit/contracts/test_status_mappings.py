@@ -22,11 +22,13 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from collector.api.failures import FailuresApi
 from collector.api.runs import RunsApi
 from collector.api.status import STATUS_BY_ERROR as READ_API_STATUSES
-from collector.api.status import BadParameter, RunNotFound
+from collector.api.status import BadParameter, FailureNotFound, RunNotFound
 from collector.auth import Authenticator, KeyStore
 from collector.errors import Unauthenticated
+from collector.store.failures import FailureFilter, FailureReader
 from collector.store.reader import RunFilter, RunReader
 from replay_worker import client as collector_client
 from replay_worker.app import ReplayWorker
@@ -69,6 +71,12 @@ class _NoRuns:
     def get_run(self, project: str, run_id: str) -> None:
         return None
 
+    def clusters(self, project: str, flt: FailureFilter) -> tuple[list[dict[str, Any]], None]:
+        return [], None
+
+    def cluster(self, project: str, flt: FailureFilter) -> None:
+        return None
+
 
 @pytest.fixture(scope="module")
 def read_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, str]]:
@@ -80,11 +88,14 @@ def read_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestCli
         max_runs=100,
         default_lookback_s=3600,
     )
+    failures = FailuresApi(cast(FailureReader, _NoRuns()), Authenticator(keys))
     app = Starlette(
         routes=[
             Route("/api/v1/runs", runs.list_runs),
             Route("/api/v1/runs/{run_id}", runs.get_run),
             Route("/api/v1/runs/{run_id}/otlp", runs.get_run_otlp),
+            Route("/api/v1/failures", failures.list_failures),
+            Route("/api/v1/failures/{signature}", failures.get_failure),
         ]
     )
     with TestClient(app) as client:
@@ -97,6 +108,10 @@ READ_CASES: dict[type[Exception], list[ReadCase]] = {
         lambda c, key: c.get("/api/v1/runs?limit=0", headers={"authorization": f"Bearer {key}"}),
         lambda c, key: c.get("/api/v1/runs?kind=x", headers={"authorization": f"Bearer {key}"}),
         lambda c, key: c.get("/api/v1/runs/not-a-run", headers={"authorization": f"Bearer {key}"}),
+        lambda c, key: c.get("/api/v1/failures/xyz", headers={"authorization": f"Bearer {key}"}),
+        lambda c, key: c.get(
+            "/api/v1/failures?status=weird", headers={"authorization": f"Bearer {key}"}
+        ),
     ],
     Unauthenticated: [
         lambda c, key: c.get("/api/v1/runs"),
@@ -106,6 +121,11 @@ READ_CASES: dict[type[Exception], list[ReadCase]] = {
         lambda c, key: c.get("/api/v1/runs/" + MISSING, headers={"authorization": f"Bearer {key}"}),
         lambda c, key: c.get(
             f"/api/v1/runs/{MISSING}/otlp", headers={"authorization": f"Bearer {key}"}
+        ),
+    ],
+    FailureNotFound: [
+        lambda c, key: c.get(
+            "/api/v1/failures/0123456789abcdef", headers={"authorization": f"Bearer {key}"}
         ),
     ],
 }
