@@ -22,7 +22,7 @@ from afr.runs.times import NS_PER_S, api_time, parse_time
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["diff_lines", "list_lines", "resolve_key", "run_command", "show_lines"]
+__all__ = ["diff_lines", "list_lines", "print_lines", "resolve_key", "run_command", "show_lines"]
 
 
 def _resolve_key(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
@@ -70,7 +70,7 @@ def _filter_params(args: argparse.Namespace, now_s: float) -> dict[str, str]:
     return params
 
 
-def _print_lines(lines: list[str], out: IO[str]) -> None:
+def print_lines(lines: list[str], out: IO[str]) -> None:
     out.write("".join(line + "\n" for line in lines))
     out.flush()
 
@@ -97,11 +97,11 @@ def _list(
     for runs in pages:
         count += len(runs)
         if args.json:
-            _print_lines([json.dumps(run) for run in runs], out)
+            print_lines([json.dumps(run) for run in runs], out)
         else:
-            _print_lines([line for run in runs for line in render_run_row(run, term)], out)
+            print_lines([line for run in runs for line in render_run_row(run, term)], out)
     if not args.json and count == 0:
-        _print_lines(["no runs match (the window is the last 7 days unless --since says)"], out)
+        print_lines(["no runs match (the window is the last 7 days unless --since says)"], out)
     if next_cursor:
         print(f"more runs: --cursor {next_cursor} (or --all)", file=err)
     return 0
@@ -130,9 +130,9 @@ def list_lines(client: RunsClient, params: Mapping[str, str], term: Terminal) ->
 
 def _show(args: argparse.Namespace, client: RunsClient, out: IO[str], term: Terminal) -> int:
     if args.json:
-        _print_lines([json.dumps(client.get_run(args.run_id), indent=2)], out)
+        print_lines([json.dumps(client.get_run(args.run_id), indent=2)], out)
     else:
-        _print_lines(show_lines(client, args.run_id, term, full=args.full), out)
+        print_lines(show_lines(client, args.run_id, term, full=args.full), out)
     return 0
 
 
@@ -143,9 +143,9 @@ def diff_lines(client: RunsClient, run_a: str, run_b: str, term: Terminal) -> li
 
 def _diff(args: argparse.Namespace, client: RunsClient, out: IO[str], term: Terminal) -> int:
     if args.json:
-        _print_lines([json.dumps(client.diff_runs(args.run_a, args.run_b), indent=2)], out)
+        print_lines([json.dumps(client.diff_runs(args.run_a, args.run_b), indent=2)], out)
     else:
-        _print_lines(diff_lines(client, args.run_a, args.run_b, term), out)
+        print_lines(diff_lines(client, args.run_a, args.run_b, term), out)
     return 0
 
 
@@ -167,9 +167,9 @@ def _tail(
 
     def emit(run: dict[str, Any], changed: bool) -> None:
         if args.json:
-            _print_lines([json.dumps(run)], out)
+            print_lines([json.dumps(run)], out)
         else:
-            _print_lines(render_run_row(run, term, note="now failing: " if changed else ""), out)
+            print_lines(render_run_row(run, term, note="now failing: " if changed else ""), out)
 
     def warn(message: str) -> None:
         print(f"afr runs tail: {message}", file=err, flush=True)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
-from afr.runs.cli import resolve_key
+from afr.runs.cli import print_lines, resolve_key
 from afr.runs.client import API_URL_ENV, DEFAULT_API_URL, RunsApiError, RunsClient
 from afr.runs.terminal import BOLD, DIM, GREEN, RED, YELLOW, Terminal, terminal_for
 from afr.runs.text import clean
@@ -130,11 +130,6 @@ def _params(args: argparse.Namespace, now_s: float) -> dict[str, str]:
     return params
 
 
-def _print(lines: list[str], out: IO[str]) -> None:
-    out.write("".join(line + "\n" for line in lines))
-    out.flush()
-
-
 def _list(
     args: argparse.Namespace,
     client: RunsClient,
@@ -150,9 +145,9 @@ def _list(
         clusters = page["failures"]
         count += len(clusters)
         if args.json:
-            _print([json.dumps(c) for c in clusters], out)
+            print_lines([json.dumps(c) for c in clusters], out)
         else:
-            _print([line for c in clusters for line in render_failure_row(c, term)], out)
+            print_lines([line for c in clusters for line in render_failure_row(c, term)], out)
         cursor = page.get("next_cursor")
         if not cursor:
             break
@@ -161,7 +156,9 @@ def _list(
             break
         params["cursor"] = cursor
     if not args.json and count == 0:
-        _print(["no failing runs match (the window is the last 7 days unless --since says)"], out)
+        print_lines(
+            ["no failing runs match (the window is the last 7 days unless --since says)"], out
+        )
     return 0
 
 
@@ -186,9 +183,9 @@ def run_failures(
                 return _list(args, client, out, err, term, time.time())
             body = client.get_failure(args.signature.lower(), _params(args, time.time()))
             if args.json:
-                _print([json.dumps(body, indent=2)], out)
+                print_lines([json.dumps(body, indent=2)], out)
             else:
-                _print(render_failure(body["failure"], term), out)
+                print_lines(render_failure(body["failure"], term), out)
             return 0
     except RunsApiError as exc:
         print(f"afr failures {command}: {exc}", file=err)
