@@ -1,17 +1,23 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import contextlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from agents import gen_trace_id
 
+import afr_exporter
+from afr.scripted_model import ScriptedModelServer
 from afr_exporter import semconv as sc
 from collector.server import Collector, CollectorThread
 from collector.settings import CollectorSettings
 from collector.store.client import ClickHouseStore
+from tests.booking_agent import BookingDesk, SourceKind, build_model, run_booking, source_script
 from tests.fakes import FlakyStore
 from tests.waiting import wait_until
 
@@ -88,3 +94,28 @@ def running(tmp_path: Path) -> Iterator[Running]:
     yield running
     running.store.failing = False
     thread.stop()
+
+
+def capture_failures(
+    running: Running, kinds: Iterable[SourceKind]
+) -> dict[SourceKind, tuple[str, dict[str, Any]]]:
+    """Each failure kind of the booking agent run once through the real Runner and exporter
+    into ``running``: (its run id, the run as OTLP/JSON from the read API, to send again)."""
+    processor = afr_exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
+    captured: dict[SourceKind, str] = {}
+    for kind in kinds:
+        trace_id = gen_trace_id()
+        with ScriptedModelServer(source_script(kind)) as model, contextlib.suppress(Exception):
+            asyncio.run(
+                run_booking(
+                    build_model("responses", model.base_url), BookingDesk(), kind, trace_id=trace_id
+                )
+            )
+        captured[kind] = trace_id.removeprefix("trace_")
+    assert processor.force_flush(10)
+    processor.shutdown(timeout=1)
+    runs: dict[SourceKind, tuple[str, dict[str, Any]]] = {}
+    for kind, run_id in captured.items():
+        running.run(run_id)
+        runs[kind] = run_id, running.api(f"/api/v1/runs/{run_id}/otlp").json()
+    return runs

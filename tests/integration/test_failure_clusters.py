@@ -6,8 +6,6 @@ metadata with the verdict, the eval's name and status)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import io
 import itertools
@@ -21,15 +19,12 @@ from typing import Any
 
 import httpx
 import pytest
-from agents import gen_trace_id
 
-import afr_exporter
 from afr.cli import build_parser
 from afr.runs.failures import run_failures
-from afr.scripted_model import ScriptedModelServer
 from afr_exporter import semconv as sc
-from tests.booking_agent import BookingDesk, SourceKind, build_model, run_booking, source_script
-from tests.integration.conftest import Running, start_collector
+from tests.booking_agent import SourceKind
+from tests.integration.conftest import Running, capture_failures, start_collector
 
 pytestmark = pytest.mark.slow
 
@@ -126,22 +121,9 @@ class World:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     thread, running = start_collector(tmp_path_factory.mktemp("clusters") / "data")
     world = World(running)
-    processor = afr_exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
-    captured: dict[SourceKind, str] = {}
-    for kind in _KINDS:
-        trace_id = gen_trace_id()
-        with ScriptedModelServer(source_script(kind)) as model, contextlib.suppress(Exception):
-            asyncio.run(
-                run_booking(
-                    build_model("responses", model.base_url), BookingDesk(), kind, trace_id=trace_id
-                )
-            )
-        captured[kind] = trace_id.removeprefix("trace_")
-    assert processor.force_flush(10)
-    processor.shutdown(timeout=1)
-    for kind, run_id in captured.items():
-        running.run(run_id)
-        template = running.api(f"/api/v1/runs/{run_id}/otlp").json()
+    runs = capture_failures(running, _KINDS)
+    captured = {kind: run_id for kind, (run_id, _) in runs.items()}
+    for kind, (_, template) in runs.items():
         world.templates[kind] = template
         world.start_ns[kind] = min(
             int(span["startTimeUnixNano"])

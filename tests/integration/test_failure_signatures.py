@@ -10,8 +10,6 @@ into chDB. Every run must get the signature its kind's capture got, and no two k
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 import itertools
 import json
@@ -21,21 +19,14 @@ from typing import Any
 
 import httpx
 import pytest
-from agents import gen_trace_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import afr_exporter
-from afr.scripted_model import ScriptedModelServer
 from tests.booking_agent import (
     FAILURE_KINDS,
-    BookingDesk,
     SourceKind,
-    build_model,
-    run_booking,
-    source_script,
 )
-from tests.integration.conftest import Running, start_collector
+from tests.integration.conftest import Running, capture_failures, start_collector
 
 _SIGNATURES = """
 SELECT run_id, signature, failure_cause, failure_path
@@ -61,22 +52,9 @@ class World:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     thread, running = start_collector(tmp_path_factory.mktemp("signatures") / "data")
     world = World(running)
-    processor = afr_exporter.install(endpoint=running.grpc_endpoint, headers=running.headers())
-    captured: dict[SourceKind, str] = {}
-    for kind in FAILURE_KINDS:
-        trace_id = gen_trace_id()
-        with ScriptedModelServer(source_script(kind)) as model, contextlib.suppress(Exception):
-            asyncio.run(
-                run_booking(
-                    build_model("responses", model.base_url), BookingDesk(), kind, trace_id=trace_id
-                )
-            )
-        captured[kind] = trace_id.removeprefix("trace_")
-    assert processor.force_flush(10)
-    processor.shutdown(timeout=1)
-    for kind, run_id in captured.items():
-        running.run(run_id)
-        world.templates[kind] = running.api(f"/api/v1/runs/{run_id}/otlp").json()
+    runs = capture_failures(running, FAILURE_KINDS)
+    captured = {kind: run_id for kind, (run_id, _) in runs.items()}
+    world.templates = {kind: template for kind, (_, template) in runs.items()}
     found = world.signatures_of(list(captured.values()))
     world.signatures = {kind: found[run_id][0] for kind, run_id in captured.items()}
     yield world
