@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
@@ -168,9 +168,11 @@ def run_failures(
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
     environ: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.time,
     transport: httpx.BaseTransport | None = None,
 ) -> int:
-    """Runs ``afr failures <list|show>``: 0, or 2 with one line on stderr."""
+    """Runs ``afr failures <list|show>``: 0, or 2 with one line on stderr. ``clock`` is
+    what ``--since 2d`` counts back from, as for ``afr runs``."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     env = os.environ if environ is None else environ
@@ -180,8 +182,8 @@ def run_failures(
     try:
         with RunsClient(url, resolve_key(args, env), transport=transport) as client:
             if command == "list":
-                return _list(args, client, out, err, term, time.time())
-            body = client.get_failure(args.signature.lower(), _params(args, time.time()))
+                return _list(args, client, out, err, term, clock())
+            body = client.get_failure(args.signature.lower(), _params(args, clock()))
             if args.json:
                 print_lines([json.dumps(body, indent=2)], out)
             else:
