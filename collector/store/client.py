@@ -13,7 +13,11 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from collector.model import COLUMN_NAMES, ROW_FORMAT
-from collector.store.cluster import CLUSTER_SESSION_SETTINGS, check_cluster_schema
+from collector.store.cluster import (
+    CLUSTER_SESSION_SETTINGS,
+    check_cluster_schema,
+    durability_settings,
+)
 from collector.store.schema import (
     MIGRATIONS_TABLE,
     MIGRATIONS_TABLE_DDL,
@@ -113,12 +117,16 @@ class ClickHouseStore:
         """An insert returns only once its parts (and their directories) are fsynced when
         ``fsync_parts``: the collector deletes a log segment as soon as its insert returns,
         so without it an OS crash could lose acknowledged spans. The tables the
-        materialized views fill are written by the same insert, and get the same."""
+        materialized views fill are written by the same insert, and get the same.
+
+        A merge's part is fsynced too (``min_compressed_bytes_to_fsync_after_merge``): the
+        embedded engine keeps no inactive parts (its ``old_parts_lifetime`` is 0, a server's
+        480 s), so the parts a merge replaced are deleted at once and an unsynced merged part
+        would be the only copy of acknowledged spans until the page cache is written back."""
         flag = int(self._fsync_parts)
         for table in (SPANS_TABLE, RUNS_TABLE, TRACE_ID_TS_TABLE):
             self._client.command(
-                f"ALTER TABLE {self.database}.{table} MODIFY SETTING "
-                f"fsync_after_insert = {flag}, fsync_part_directory = {flag}"
+                f"ALTER TABLE {self.database}.{table} MODIFY SETTING {durability_settings(flag)}"
             )
 
     def _apply_ttl(self) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "NoClusterForm",
     "check_cluster_schema",
     "cluster_statements",
+    "durability_settings",
     "remote_servers_config",
     "render",
     "schema_text",
@@ -92,7 +93,18 @@ _ALTER = re.compile(r"\s*ALTER TABLE \{db\}\.(\w+) (ADD COLUMN|MODIFY QUERY)\b")
 _INSERT = re.compile(r"\s*INSERT INTO ")
 _TABLE_REF = re.compile(r"\{db\}\.(\w+)")
 _BLANK_LINES = re.compile(r"\n\s*\n")
-_FSYNC = "fsync_after_insert = 1, fsync_part_directory = 1"
+
+
+def durability_settings(flag: int) -> str:
+    """The MergeTree settings that make an insert's and a merge's parts durable when they
+    return (``flag`` 1) or leave them to the page cache (0): ADR 20."""
+    return (
+        f"fsync_after_insert = {flag}, fsync_part_directory = {flag}, "
+        f"min_compressed_bytes_to_fsync_after_merge = {flag}"
+    )
+
+
+_FSYNC = durability_settings(1)
 
 
 class NoClusterForm(ValueError):

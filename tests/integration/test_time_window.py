@@ -122,7 +122,7 @@ def test_an_insert_over_too_many_partitions_is_split_not_lost(tmp_path: Path) ->
     store.close()
 
 
-def test_inserted_parts_are_fsynced_unless_turned_off(tmp_path: Path) -> None:
+def test_inserted_and_merged_parts_are_fsynced_unless_turned_off(tmp_path: Path) -> None:
     from collector.settings import CollectorSettings
 
     assert CollectorSettings().store_fsync, "on by default"
@@ -134,4 +134,7 @@ def test_inserted_parts_are_fsynced_unless_turned_off(tmp_path: Path) -> None:
             engine = _ttl(store, table)
             assert f"fsync_after_insert = {int(fsync)}" in engine, engine
             assert f"fsync_part_directory = {int(fsync)}" in engine, engine
+            # the embedded engine deletes the parts a merge replaced at once: the merged
+            # part must be on disk before that
+            assert f"min_compressed_bytes_to_fsync_after_merge = {int(fsync)}" in engine, engine
         store.close()
