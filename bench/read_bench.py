@@ -113,7 +113,7 @@ def _timed(call: Callable[[], object], repeat: int = REPEAT) -> dict[str, float]
 
 
 def _dashboard_panels(store: Any, now_s: int, run_id: str, days: int) -> list[tuple[str, str]]:
-    """(dashboard / panel, SQL as Grafana sends it) for every panel of the four dashboards,
+    """(dashboard / panel, SQL as Grafana sends it) for every panel of the dashboards,
     over the last ``days``, project ``PROJECT`` selected, the run timeline on ``run_id``."""
     from datetime import UTC, datetime, timedelta
 

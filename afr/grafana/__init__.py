@@ -1,4 +1,4 @@
-"""afr in Grafana: four dashboards over the store, and ``afr grafana push``.
+"""afr in Grafana: five dashboards over the store, and ``afr grafana push``.
 
 - ``dashboards``  the dashboards as Grafana's JSON model, a module each (``dashboards/*.json``
   are written from it: ``python -m afr.grafana.dashboards``);

@@ -14,16 +14,22 @@ How the queries stay fast as data grows (docs/adr/0019):
 - Every query is bounded by the dashboard's time range through the plugin's macros
   (``$__timeFilter``, ``$__fromTime``, ``$__toTime``); a run's own spans by the run's time
   bounds, kept by the store in ``otel_traces_trace_id_ts``.
+- Failure clusters (``failure_clusters``) are the read API's (``collector/store/failures.py``)
+  in SQL: the window's failing production runs merged whole and grouped by signature, the
+  replays and eval runs linked to them at any time, and the same status rules.
 """
 
 from __future__ import annotations
 
 from afr_exporter.semconv import RUN_KINDS
+from collector.store.failures import FAILURE_STATUSES
 from collector.store.schema import (
+    FAILURE_PATH_SQL,
     MODEL_PRICES_TABLE,
     RUN_SUMMARY_VIEW,
     RUNS_TABLE,
     SERVICE_NAME,
+    SIGNATURE_SQL,
     SPANS_TABLE,
     TRACE_ID_TS_TABLE,
     TRACES_VIEW,
@@ -36,6 +42,7 @@ __all__ = [
     "COST",
     "ERRORS",
     "EVAL_STATUSES",
+    "FAILURE_STATUSES",
     "KIND",
     "PRICES",
     "RUNS",
@@ -58,6 +65,8 @@ __all__ = [
     "WORKFLOW_OF_ROW",
     "all_or",
     "eval_outcome",
+    "failure_clusters",
+    "failure_title",
     "in_projects",
     "picked_runs",
     "values",
@@ -199,3 +208,159 @@ def picked_runs(candidates: str, limit: int) -> str:
         f"  AND run_id IN (SELECT TraceId FROM (\n{candidates}\n"
         f"ORDER BY start DESC, TraceId, ProjectId LIMIT {limit}))"
     )
+
+
+# -- failure clusters, as collector/store/failures.py reads them (ADR 34) ------------------
+
+_FIXED = "FAILURE_FIXED"
+_PASSED = "passed"
+_KIND_REPLAY = KIND_CODES["replay"]
+_KIND_EVAL = KIND_CODES["eval"]
+_KIND_CAPTURE = KIND_CODES["capture"]
+_RANKS = {"recurring": 0, "open": 1, "guarded": 2, "fixed": 2}
+"""The read API's order (``failures._RANK``): recurring, then open, then the rest."""
+if set(_RANKS) != set(FAILURE_STATUSES):
+    raise RuntimeError("a failure status the dashboards cannot rank: update _RANKS")
+
+
+def failure_title(cause: str, path: str) -> str:
+    """``failures.failure_title`` in SQL: ``tool:refund_order: /amount: string where number,
+    after Triage Agent → Refund Agent``, from a cause (``[span type, subject, error type,
+    shape]`` as JSON, else the shape itself) and the path of agents (an array)."""
+    parts = f"JSONExtract({cause}, 'Array(String)')"
+    whole = f"length({parts}) = 4"
+    span_type = f"if({whole}, {parts}[1], '')"
+    subject = f"if({whole}, {parts}[2], '')"
+    error_type = f"if({whole}, {parts}[3], '')"
+    shape = f"if({whole}, {parts}[4], {cause})"
+    return (
+        f"concat(multiIf({subject} != '', {subject}, {span_type} != '', {span_type}, 'run'),\n"
+        f"        ': ', multiIf({shape} != '', {shape}, {error_type} != '', {error_type}, 'error'),\n"
+        f"        if({error_type} != '' AND {shape} != '' AND position({shape}, {error_type}) = 0,\n"
+        f"            concat(' (', {error_type}, ')'), ''),\n"
+        f"        if(notEmpty({path}), concat(', after ', arrayStringConcat({path}, ' → ')), ''))"
+    )
+
+
+def failure_clusters(
+    *,
+    projects: str | None = None,
+    filters: tuple[str, ...] = ("workflow", "agent"),
+    having: tuple[str, ...] = (),
+) -> str:
+    """Common table expressions (for a ``WITH``) ending in ``failure_clusters``: one row per
+    project and signature over the failing production runs that started in the dashboard's
+    window (``failing_runs``, one row each, merged whole), with the read API's figures and
+    status (``collector/store/failures.py``; a test compares the two):
+
+    - ``fixed``: a replay (kind replay) of a member reached FAILURE_FIXED; ``fixed_by`` is the
+      first such replay;
+    - ``guarded``: an eval run (kind eval, with an eval name) of a member exists; the guard
+      shown is the eval whose newest run is newest, with that run's outcome;
+    - ``recurring``: of those evals, taken in that order, the first whose newest run passed
+      and after whose first run a member started: ``recurring_since`` is that first run,
+      ``runs_since_guard`` the members after it.
+
+    The replays and eval runs (``failure_links``) are read at any time, as the API reads
+    them. ClickHouse runs a common table expression again wherever it is read, so the runs
+    are read in one pass: each member and each run linked to it become rows of its
+    ``anchor`` (the member's id), grouped by it, then by signature; the fixes and guards are
+    worked out from the cluster's array of linked runs (they are few).
+
+    ``projects`` is the condition on ``ProjectId`` (default: the selected projects);
+    ``filters`` the run filters a member must pass; ``having`` more conditions on a member
+    (``signature``)."""
+    where = projects or in_projects()
+    window = "Start >= $__fromTime AND Start < $__toTime"
+    conditions = [
+        "start >= $__fromTime AND start < $__toTime",
+        f"max(KindCode) = {_KIND_CAPTURE} AND signature != ''",
+        *(FILTERS[f] for f in filters),
+        *having,
+    ]
+    member_having = "\n      AND ".join(conditions)
+    ranks = ", ".join(f"'{s}'" for s in _RANKS)
+    rank_values = ", ".join(str(r) for r in _RANKS.values())
+    # A linked run: (start, run id, kind, verdict, eval name). A guard: (eval name, its newest
+    # run's outcome, that run, its first run's start, its runs, members after its first run,
+    # its newest run's start, its first run's id).
+    return f"""failing_runs AS (
+    SELECT ProjectId AS project, TraceId AS run_id, min(Start) AS start,
+        min(Failure) AS failure, failure.2 AS cause,
+        {FAILURE_PATH_SQL.format(failure="failure")} AS path,
+        {SIGNATURE_SQL.format(cause="cause", path="path")} AS signature,
+        {WORKFLOW} AS workflow, {AGENTS} AS agents
+    FROM {RUNS}
+    WHERE {where}
+      AND (ProjectId, TraceId) IN (
+        SELECT ProjectId, TraceId FROM {RUNS}
+        WHERE {where} AND Failure.2 != '' AND {window})
+    GROUP BY ProjectId, TraceId
+    HAVING {member_having}
+),
+failure_links AS (
+    SELECT ProjectId AS project, TraceId AS run_id, min(Start) AS start,
+        max(KindCode) AS kind, max(SourceRunId) AS source_run_id,
+        max(Verdict) AS verdict, max(EvalName) AS eval_name
+    FROM {RUNS}
+    WHERE {where}
+      AND (ProjectId, TraceId) IN (
+        SELECT ProjectId, TraceId FROM {RUNS}
+        WHERE {where} AND (ProjectId, SourceRunId) IN (SELECT project, run_id FROM failing_runs))
+    GROUP BY ProjectId, TraceId
+    HAVING kind IN ({_KIND_EVAL}, {_KIND_REPLAY})
+),
+failure_anchors AS (
+    SELECT project, anchor, max(member) AS is_member,
+        anyIf(signature, member = 1) AS signature, anyIf(cause, member = 1) AS cause,
+        anyIf(path, member = 1) AS path, anyIf(start, member = 1) AS start,
+        anyIf(workflow, member = 1) AS workflow, anyIf(agents, member = 1) AS agents,
+        groupArrayIf(link, member = 0) AS links
+    FROM (
+        SELECT project, run_id AS anchor, 1 AS member, signature, cause, path, start,
+            workflow, agents, (start, '', toUInt8(0), '', '') AS link
+        FROM failing_runs
+        UNION ALL
+        SELECT project, source_run_id AS anchor, 0 AS member, '' AS signature, '' AS cause,
+            CAST([], 'Array(String)') AS path, start, '' AS workflow,
+            CAST([], 'Array(String)') AS agents, (start, run_id, kind, verdict, eval_name) AS link
+        FROM failure_links
+    )
+    GROUP BY project, anchor
+    HAVING is_member = 1
+),
+failure_members AS (
+    SELECT project, signature, any(cause) AS cause, any(path) AS path, count() AS runs,
+        min(start) AS first_seen, max(start) AS last_seen,
+        max((start, anchor)).2 AS newest_run, groupArray(start) AS starts,
+        sumMap([toStartOfDay(start, 'UTC')], [toUInt64(1)]) AS per_day,
+        arrayFilter(w -> w != '', arraySort(groupUniqArray(workflow))) AS workflows,
+        arraySort(groupUniqArrayArray(agents)) AS agents,
+        groupArrayArray(links) AS linked
+    FROM failure_anchors
+    GROUP BY project, signature
+),
+failure_clusters AS (
+    SELECT project, signature,
+        {failure_title("cause", "path")} AS title,
+        runs, first_seen, last_seen, newest_run, workflows, agents, per_day,
+        arraySort(arrayMap(l -> (l.1, l.2),
+            arrayFilter(l -> l.3 = {_KIND_REPLAY} AND l.4 = '{_FIXED}', linked))) AS fixes,
+        if(empty(fixes), '', fixes[1].2) AS fixed_by,
+        arrayFilter(l -> l.3 = {_KIND_EVAL} AND l.5 != '', linked) AS eval_links,
+        arrayMap(name -> arraySort(l -> (l.1, l.2), arrayFilter(l -> l.5 = name, eval_links)),
+            arrayDistinct(arrayMap(l -> l.5, eval_links))) AS by_eval,
+        arraySort(g -> (-toUnixTimestamp64Nano(g.7), g.4, g.8),
+            arrayMap(r -> (r[-1].5, r[-1].4, r[-1].2, r[1].1, length(r),
+                arrayCount(s -> s > r[1].1, starts), r[-1].1, r[1].2), by_eval)) AS guards,
+        arrayFilter(g -> g.2 = '{_PASSED}' AND g.6 > 0, guards) AS recurred,
+        multiIf(notEmpty(recurred), 'recurring', notEmpty(guards), 'guarded',
+            fixed_by != '', 'fixed', 'open') AS status,
+        transform(status, [{ranks}], [{rank_values}], 9) AS rank,
+        if(notEmpty(recurred), recurred[1], guards[1]) AS guard,
+        guard.1 AS guard_eval, guard.2 AS guard_outcome, guard.3 AS guard_run,
+        guard.5 AS eval_runs,
+        if(notEmpty(recurred), guard.4, NULL) AS recurring_since,
+        if(notEmpty(recurred), guard.6, 0) AS runs_since_guard
+    FROM failure_members
+)"""

@@ -1,7 +1,9 @@
 """Every query of afr's dashboards, expanded as Grafana and the ClickHouse plugin expand it,
 run on a real collector's embedded store holding captured, replayed, evaluated and swept
 runs, each delivered twice: the columns each panel needs, and the numbers a user reads —
-the seeded run's failing span, its FAILURE_FIXED replay, each span and run counted once.
+the seeded run's failing span, its FAILURE_FIXED replay, each span and run counted once; the
+failure clusters of the Failures dashboard and of a run's timeline are the read API's
+(``GET /api/v1/failures``), on clusters in each status.
 The same queries through the collector's SQL interface (clickhouse-connect over HTTP, as
 Grafana's datasource would send them) give the same answers."""
 
@@ -17,7 +19,14 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from afr.grafana.dashboards import EVALS_UID, RUN_UID, RUNS_UID, TOOLS_UID, build_all
+from afr.grafana.dashboards import (
+    EVALS_UID,
+    FAILURES_UID,
+    RUN_UID,
+    RUNS_UID,
+    TOOLS_UID,
+    build_all,
+)
 from afr.grafana.interpolate import (
     ALL,
     TimeRange,
@@ -26,13 +35,15 @@ from afr.grafana.interpolate import (
     interpolate,
     resolve_variables,
 )
-from afr.grafana.queries import AGENTS, ERRORS, KIND, WORKFLOW, in_projects
+from afr.grafana.queries import AGENTS, ERRORS, KIND, WORKFLOW, failure_title, in_projects
+from collector.store import failures as api_failures
 from collector.store.client import ClickHouseStore
 from tests.integration.conftest import Running, start_collector
 from tests.integration.grafana_world import (
     OTHER_PROJECT,
     SWEEP_GREEN,
     SWEEP_MIXED,
+    FailureWorld,
     Seeded,
     seed,
 )
@@ -97,17 +108,42 @@ class World:
             [tuple(r) for r in result.result_rows],
         )
 
-    def variables(self, uid: str, **chosen: str | tuple[str, ...]) -> dict[str, Variable]:
+    @property
+    def failures(self) -> FailureWorld:
+        assert self.seeded.failures is not None
+        return self.seeded.failures
+
+    def range_for(self, uid: str) -> TimeRange:
+        """The time range a dashboard is opened on: the last hour; the Failures dashboard's
+        from the failure clusters' first day on."""
+        if uid == FAILURES_UID:
+            return TimeRange(self.failures.since, self.time_range.end, timedelta(hours=1))
+        return self.time_range
+
+    def variables(
+        self, uid: str, time_range: TimeRange | None = None, /, **chosen: str | tuple[str, ...]
+    ) -> dict[str, Variable]:
         return resolve_variables(
-            DASHBOARDS[uid], lambda sql: self.query(sql).rows, self.time_range, chosen
+            DASHBOARDS[uid],
+            lambda sql: self.query(sql).rows,
+            time_range or self.range_for(uid),
+            chosen,
         )
 
-    def panel(self, uid: str, title: str, **chosen: str | tuple[str, ...]) -> Result:
+    def panel(
+        self,
+        uid: str,
+        title: str,
+        time_range: TimeRange | None = None,
+        /,
+        **chosen: str | tuple[str, ...],
+    ) -> Result:
         """A panel's result with the project ``shop`` selected unless ``chosen`` says."""
         chosen.setdefault("project", PROJECT)
+        time_range = time_range or self.range_for(uid)
         (found,) = [p for p in DASHBOARDS[uid]["panels"] if p["title"] == title]
         sql = interpolate(
-            found["targets"][0]["rawSql"], self.variables(uid, **chosen), self.time_range
+            found["targets"][0]["rawSql"], self.variables(uid, time_range, **chosen), time_range
         )
         return self.query(sql)
 
@@ -180,18 +216,32 @@ def _numeric(type_name: str) -> bool:
     return bool(re.search(r"Int|Float|Decimal", type_name))
 
 
+def _opened_on(world: World, uid: str) -> list[dict[str, str]]:
+    """What a dashboard is opened on: the run timeline on the failing source run (its
+    failure's cluster) and on its replay (its tool calls against the source's)."""
+    if uid != RUN_UID:
+        return [{}]
+    runs = (world.seeded.source_run_id, world.seeded.replay_run_id)
+    return [{"run_id": run_id, "project": PROJECT} for run_id in runs]
+
+
 @pytest.mark.parametrize("uid", sorted(DASHBOARDS))
 def test_every_query_runs_and_returns_the_columns_its_panel_needs(world: World, uid: str) -> None:
-    chosen = {"run_id": world.seeded.source_run_id, "project": PROJECT} if uid == RUN_UID else {}
-    variables = world.variables(uid, **chosen)
+    time_range = world.range_for(uid)
+    opened = [world.variables(uid, **chosen) for chosen in _opened_on(world, uid)]
     for spec in DASHBOARDS[uid]["templating"]["list"]:
         if spec["type"] == "query":
-            assert variables[spec["name"]].options, f"variable {spec['name']} offers nothing"
+            assert opened[0][spec["name"]].options, f"variable {spec['name']} offers nothing"
     for panel in DASHBOARDS[uid]["panels"]:
         (target,) = panel["targets"]
-        result = world.query(interpolate(target["rawSql"], variables, world.time_range))
-        title, columns = panel["title"], set(result.columns)
-        assert result.rows, f"{uid} / {title}: no rows"
+        results = [
+            world.query(interpolate(target["rawSql"], variables, time_range))
+            for variables in opened
+        ]
+        title = panel["title"]
+        assert any(r.rows for r in results), f"{uid} / {title}: no rows"
+        (result, *_) = [r for r in results if r.rows]
+        columns = set(result.columns)
         assert _link_fields(panel) <= columns, f"{uid} / {title}: a data link's field is missing"
         missing = _override_columns(panel) - columns - {"latency_ms"}
         assert not missing, f"{uid} / {title}: overrides name no column {missing}"
@@ -259,7 +309,9 @@ def test_the_summary_and_series_count_runs_tokens_and_cost_once(world: World) ->
     assert stat["input_tokens"] == sum(r["run"]["input_tokens"] for r in api.values())
     assert stat["output_tokens"] == sum(r["run"]["output_tokens"] for r in api.values())
     summary_cost = world.store.query(
-        "SELECT sum(cost_usd) FROM {db}.run_summary WHERE project = 'shop'"
+        "SELECT sum(cost_usd) FROM {db}.run_summary WHERE project = 'shop' "
+        "AND run_id IN {ids:Array(String)}",  # the window's (the failure clusters are older)
+        {"ids": world.seeded.run_ids},
     )[0][0]
     assert stat["cost_usd"] == pytest.approx(summary_cost) and summary_cost > 0
     series = world.panel(RUNS_UID, "Runs and failed runs").dicts()
@@ -489,6 +541,327 @@ def test_verdicts_sweeps_and_failing_evals(world: World) -> None:
     )
 
 
+# -- Failures -------------------------------------------------------------------------------
+
+
+def _api_failures(
+    world: World, time_range: TimeRange, project_key: str | None = None, **params: str
+) -> list[dict[str, Any]]:
+    """GET /api/v1/failures over the dashboard's window as its macros give it (whole
+    seconds: ``toDateTime``)."""
+    answer = world.running.api(
+        "/api/v1/failures",
+        key=project_key,
+        since=int(time_range.start.timestamp()),
+        until=int(time_range.end.timestamp()),
+        limit=500,
+        **params,
+    )
+    assert answer.status_code == 200, answer.text
+    failures: list[dict[str, Any]] = answer.json()["failures"]
+    return failures
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _ns(when: datetime) -> int:
+    """A time as the dashboard's client returns it (UTC, to the microsecond) in ns."""
+    return (when.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
+def _us(ns: int) -> int:
+    return ns // 1000 * 1000
+
+
+def _as_api(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of a cluster table in the read API's terms."""
+    return {
+        "signature": row["signature"],
+        "title": row["title"],
+        "status": row["status"],
+        "runs": row["runs"],
+        "first_seen_ns": _ns(row["first_seen"]),
+        "last_seen_ns": _ns(row["last_seen"]),
+        "newest_run": row["newest_run"],
+        "workflows": row["workflows"].split(", ") if row["workflows"] else [],
+        "agents": row["agents"].split(", "),
+        "fixed_by": row["fixed_by"] or None,
+        "guard": row["guard_eval"] or None,
+        "guard_outcome": row["guard_outcome"] or None,
+        "guard_run": row["guard_run"] or None,
+        "runs_since_guard": row["runs_since_guard"],
+    }
+
+
+def _from_api(cluster: dict[str, Any]) -> dict[str, Any]:
+    guard = cluster["guard"] or {}
+    return {
+        "signature": cluster["signature"],
+        "title": cluster["title"],
+        "status": cluster["status"],
+        "runs": cluster["runs"],
+        "first_seen_ns": _us(cluster["first_seen_ns"]),
+        "last_seen_ns": _us(cluster["last_seen_ns"]),
+        "newest_run": cluster["sample_run_ids"][0],
+        "workflows": cluster["workflows"],
+        "agents": cluster["agents"],
+        "fixed_by": cluster["fixed_by"],
+        "guard": guard.get("eval_name"),
+        "guard_outcome": guard.get("last_outcome"),
+        "guard_run": guard.get("last_run_id"),
+        "runs_since_guard": cluster["runs_since_guard"],
+    }
+
+
+def _clusters(world: World, time_range: TimeRange, **chosen: str) -> list[dict[str, Any]]:
+    rows = world.panel(FAILURES_UID, "Failure clusters", time_range, **chosen).dicts()
+    return [_as_api(row) for row in rows]
+
+
+@pytest.mark.parametrize(
+    ("chosen", "params"),
+    [
+        ({}, {}),
+        ({"status": "recurring"}, {"status": "recurring"}),
+        ({"status": "fixed"}, {"status": "fixed"}),
+        ({"workflow": "refund-desk-eu"}, {"workflow": "refund-desk-eu"}),
+        ({"agent": "Refund Agent UK"}, {"agent": "Refund Agent UK"}),
+    ],
+    ids=["all", "recurring", "fixed", "workflow", "agent"],
+)
+def test_the_failure_clusters_are_the_apis(
+    world: World, chosen: dict[str, str], params: dict[str, str]
+) -> None:
+    """The same clusters in the same order with the same figures and statuses, over the
+    four clusters' two weeks and over everything up to now."""
+    failures = world.failures
+    for time_range in (
+        TimeRange(failures.since, failures.until),
+        world.range_for(FAILURES_UID),
+    ):
+        api = [_from_api(c) for c in _api_failures(world, time_range, **params)]
+        assert api, "the filter keeps something"
+        assert _clusters(world, time_range, **chosen) == api
+
+
+def test_the_failure_world_has_a_cluster_in_each_status(world: World) -> None:
+    failures = world.failures
+    window = TimeRange(failures.since, failures.until)
+    found = {c["signature"]: c for c in _clusters(world, window)}
+    assert {status: found[s]["status"] for status, s in failures.signatures.items()} == {
+        status: status for status in failures.signatures
+    }
+    assert set(found) == set(failures.signatures.values()), "the seeded runs are weeks later"
+    for status, signature in failures.signatures.items():
+        cluster, runs = found[signature], failures.runs[status]
+        assert cluster["runs"] == len(runs), "each run once, though delivered twice"
+        assert cluster["newest_run"] == runs[-1]
+        assert cluster["first_seen_ns"] == _ns(failures.starts[runs[0]])
+        assert cluster["agents"] == sorted(["Triage Agent", failures.agents[status]])
+        assert cluster["title"].endswith(f"after Triage Agent → {failures.agents[status]}")
+        assert cluster["fixed_by"] == failures.fixes.get(status)
+        assert cluster["guard"] == failures.evals.get(status)
+    guarded = found[failures.signatures["guarded"]]
+    assert guarded["guard_outcome"] == "failed", "its newest run's: it catches the failure"
+    assert found[failures.signatures["recurring"]]["runs_since_guard"] == 2
+    assert found[failures.signatures["open"]]["workflows"] == sorted(
+        ["refund-desk", failures.other_workflow]
+    )
+    order = [c["status"] for c in _clusters(world, window)]
+    assert order[:2] == ["recurring", "open"], "recurring first, as the API lists them"
+
+
+def test_recurring_new_this_week_and_the_counts(world: World) -> None:
+    failures = world.failures
+    window = TimeRange(failures.since, failures.until)
+    (recurring,) = world.panel(FAILURES_UID, "Recurring failures", window).dicts()
+    assert recurring["signature"] == failures.signatures["recurring"]
+    assert (recurring["guard_eval"], recurring["runs_since_guard"]) == ("guards-jp", 2)
+    assert _ns(recurring["recurring_since"]) == _ns(failures.at(2.0))
+    assert recurring["newest_run"] == failures.runs["recurring"][-1]
+    (counts,) = world.panel(FAILURES_UID, "Clusters by status", window).dicts()
+    assert counts == {
+        "recurring": 1,
+        "open": 1,
+        "guarded": 1,
+        "fixed": 1,
+        "new_this_week": 1,
+        "failing_runs": sum(len(runs) for runs in failures.runs.values()),
+    }
+    (new,) = world.panel(FAILURES_UID, "New this week", window).dicts()
+    assert new["signature"] == failures.signatures["guarded"], "first seen on day 9 of 14"
+    # Up to now, the seeded refund failure (this hour) is the new one; guarded, and open in
+    # the other project.
+    everything = world.range_for(FAILURES_UID)
+    new_now = world.panel(FAILURES_UID, "New this week", everything, project=(ALL,)).dicts()
+    assert {(r["project"], r["status"]) for r in new_now} == {
+        (PROJECT, "guarded"),
+        (OTHER_PROJECT, "open"),
+    }
+    assert len({r["signature"] for r in new_now}) == 1, "one signature, one cluster a project"
+    (elsewhere,) = _api_failures(world, everything, world.seeded.other_key)
+    assert elsewhere["status"] == "open" and elsewhere["signature"] == new_now[0]["signature"]
+    none = world.panel(FAILURES_UID, "Recurring failures", window, status="open").dicts()
+    assert none == [], "the status filter applies to the recurring table too"
+
+
+@pytest.mark.parametrize(
+    ("cause", "path"),
+    [
+        ('["tool", "tool:refund_order", "ValidationError", "/amount: string where number"]', []),
+        ('["tool", "tool:refund_order", "Error running tool", "Error running tool: <v>"]', ["A"]),
+        ('["guardrail", "guardrail:abuse", "", ""]', ["Triage Agent", "Refund Agent"]),
+        ('["agent", "", "MaxTurnsExceeded", ""]', ["A", "B", "A"]),
+        ('["", "", "", ""]', []),
+        ("not a JSON array", ["A"]),
+        ('["three", "parts", "only"]', []),
+    ],
+)
+def test_the_failure_title_is_the_apis(world: World, cause: str, path: list[str]) -> None:
+    title_sql = failure_title("{cause:String}", "{path:Array(String)}")
+    ((title,),) = world.store.query(f"SELECT {title_sql}", {"cause": cause, "path": path})
+    assert title == api_failures.failure_title(cause, path)
+
+
+def test_the_trend_counts_failing_runs_per_day_and_signature(world: World) -> None:
+    failures = world.failures
+    window = TimeRange(failures.since, failures.until)
+    series = world.panel(FAILURES_UID, "Failing runs per day", window).dicts()
+    api = _api_failures(world, window)
+    titles = {f"{c['title']} · {c['signature'][:6]}": c for c in api}
+    found: dict[str, dict[str, int]] = {}
+    for row in series:
+        found.setdefault(row["failure"], {})[row["time"].date().isoformat()] = row["runs"]
+    assert found == {
+        label: {d["day"]: d["runs"] for d in c["per_day"]} for label, c in titles.items()
+    }
+    one = failures.signatures["recurring"]
+    only = world.panel(FAILURES_UID, "Failing runs per day", window, signature=one).dicts()
+    assert {r["failure"][-6:] for r in only} == {one[:6]}, "a signature shows only its cluster"
+    assert sum(r["runs"] for r in only) == 3
+
+
+# -- a run's failure and a replay against its source ------------------------------------------
+
+
+def _api_cluster(world: World, signature: str, time_range: TimeRange) -> dict[str, Any]:
+    answer = world.running.api(
+        f"/api/v1/failures/{signature}",
+        since=int(time_range.start.timestamp()),
+        until=int(time_range.end.timestamp()),
+    )
+    assert answer.status_code == 200, answer.text
+    cluster: dict[str, Any] = answer.json()["failure"]
+    return cluster
+
+
+def test_a_failing_run_says_how_often_it_was_seen_and_what_was_done(world: World) -> None:
+    seeded = world.seeded
+    (this,) = timeline(world, "This failure", seeded.source_run_id)
+    api = _api_cluster(world, this["signature"], world.time_range)
+    assert (this["status"], this["seen"], _ns(this["since"])) == (
+        api["status"],
+        api["runs"],
+        _us(api["first_seen_ns"]),
+    )
+    assert (this["status"], this["seen"], this["fixed_by"]) == ("guarded", 1, seeded.replay_run_id)
+    passing = seeded.eval_runs[(SWEEP_GREEN, seeded.passing.name)]
+    assert (this["guard_eval"], this["guard_outcome"], this["guard_run"]) == (
+        seeded.passing.name,
+        "passed",
+        passing.eval_run_id,
+    ), "the eval whose newest run is newest, and that run's outcome"
+    assert this["guard_eval"] == api["guard"]["eval_name"]
+    assert this["recurring_since"] is None
+    assert timeline(world, "This failure", seeded.replay_run_id) == [], "no failure, nothing"
+
+    failures = world.failures
+    newest = failures.runs["recurring"][-1]
+    window = TimeRange(failures.since, failures.until)
+    (recurring,) = world.panel(RUN_UID, "This failure", window, run_id=newest).dicts()
+    api = _api_cluster(world, failures.signatures["recurring"], window)
+    assert (recurring["status"], recurring["seen"], recurring["runs_since_guard"]) == (
+        "recurring",
+        3,
+        2,
+    )
+    assert _ns(recurring["recurring_since"]) == _us(api["recurring_since_ns"])
+    assert (recurring["fixed_by"], recurring["guard_eval"]) == (
+        failures.fixes["recurring"],
+        "guards-jp",
+    )
+    (elsewhere,) = timeline(world, "This failure", seeded.source_run_id, project=OTHER_PROJECT)
+    assert (elsewhere["status"], elsewhere["fixed_by"]) == ("open", ""), "that project's cluster"
+
+
+def _api_diff(world: World, source: str, run_id: str) -> dict[str, Any]:
+    answer = world.running.api("/api/v1/runs/diff", a=source, b=run_id)
+    assert answer.status_code == 200, answer.text
+    diff: dict[str, Any] = answer.json()
+    return diff
+
+
+_TOOL_KINDS = {
+    "only in the source": "missing_call",
+    "only in this run": "extra_call",
+    "another tool": "different_tool",
+    "other arguments": "different_arguments",
+}
+
+
+def test_a_replay_and_its_evals_show_their_tool_calls_against_the_source(world: World) -> None:
+    """The first row that differs in tool or arguments is the diff's (and the verdict's)
+    first tool divergence; an eval of the original behaviour calls the tool the same way."""
+    seeded = world.seeded
+    source = seeded.source_run_id
+    compared = [
+        seeded.replay_run_id,
+        *(o.eval_run_id or "" for o in seeded.eval_runs.values()),
+    ]
+    for run_id in compared:
+        rows = timeline(world, "Tool calls against the source run", run_id)
+        diff = _api_diff(world, source, run_id)
+        calls = [s for s in diff["steps"] if s["type"] == "tool"]
+        assert len(rows) == len(calls), run_id
+        assert all(r["source_run_id"] == source for r in rows)
+        for row, step in zip(rows, calls, strict=True):
+            sides = (step["a"], step["b"])
+            assert (row["source_span_id"], row["span_id"]) == tuple(
+                side["span_id"] if side else "" for side in sides
+            )
+            assert (row["source_status"], row["status"]) == tuple(
+                side["status"] if side else "" for side in sides
+            )
+        first = next((r for r in rows if r["difference"] in _TOOL_KINDS), None)
+        divergence = diff["tool_divergence"]
+        if divergence is None:
+            assert first is None, run_id
+            continue
+        assert first is not None, run_id
+        assert (first["step"], _TOOL_KINDS[first["difference"]]) == (
+            divergence["step"],
+            divergence["kind"],
+        )
+        pointers = ", ".join(a["pointer"] for a in divergence["arguments"])
+        assert first["arguments"] == f"different at {pointers}"
+    (fixed,) = timeline(world, "Tool calls against the source run", seeded.replay_run_id)
+    assert (fixed["tool"], fixed["arguments"], fixed["difference"]) == (
+        "refund_order",
+        "different at /amount",
+        "other arguments",
+    )
+    assert (fixed["source_status"], fixed["status"], fixed["output"]) == (
+        "error",
+        "ok",
+        "different",
+    )
+    original = seeded.eval_runs[(SWEEP_MIXED, seeded.failing.name)].eval_run_id or ""
+    (same,) = timeline(world, "Tool calls against the source run", original)
+    assert (same["arguments"], same["output"], same["difference"]) == ("same", "same", "same")
+    assert timeline(world, "Tool calls against the source run", source) == [], "no source"
+
+
 # -- the same through the collector's SQL interface -------------------------------------------
 
 
@@ -506,7 +879,7 @@ def test_the_sql_interface_answers_every_query_the_same(world: World) -> None:
             chosen = {"run_id": world.seeded.source_run_id} if uid == RUN_UID else {}
             variables = world.variables(uid, **chosen)  # All projects: the run is in two
             for panel in dashboard["panels"]:
-                sql = interpolate(panel["targets"][0]["rawSql"], variables, world.time_range)
+                sql = interpolate(panel["targets"][0]["rawSql"], variables, world.range_for(uid))
                 embedded = world.query(sql)
                 over_http = client.query(sql)
                 assert list(over_http.column_names) == embedded.columns, panel["title"]
@@ -615,13 +988,14 @@ def load_phases(world: World, uid: str) -> list[list[str]]:
     panel's query at once (the run timeline opened on the seeded run)."""
     chosen = {"run_id": world.seeded.source_run_id} if uid == RUN_UID else {}
     variables = world.variables(uid, **chosen)
+    time_range = world.range_for(uid)
     templating = [
-        interpolate(spec["query"]["rawSql"], variables, world.time_range)
+        interpolate(spec["query"]["rawSql"], variables, time_range)
         for spec in DASHBOARDS[uid]["templating"]["list"]
         if spec["type"] == "query"
     ]
     panels = [
-        interpolate(panel["targets"][0]["rawSql"], variables, world.time_range)
+        interpolate(panel["targets"][0]["rawSql"], variables, time_range)
         for panel in DASHBOARDS[uid]["panels"]
     ]
     return [templating, panels]
@@ -686,7 +1060,12 @@ def test_two_users_loading_two_dashboards_at_once_render_every_panel(world: Worl
     users = [("afr", SQL_PASSWORD), (team.user, team.password)]
     failures: list[str] = []
     for load, pair in enumerate(
-        [(RUNS_UID, TOOLS_UID), (RUN_UID, EVALS_UID), (TOOLS_UID, EVALS_UID)]
+        [
+            (RUNS_UID, TOOLS_UID),
+            (RUN_UID, EVALS_UID),
+            (TOOLS_UID, EVALS_UID),
+            (FAILURES_UID, RUN_UID),
+        ]
     ):
         phases = [load_phases(world, uid) for uid in pair]
         for phase in range(2):

@@ -16,7 +16,8 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 import yaml
 
-from afr.grafana.dashboards import FILE_NAMES, build_all, render
+from afr.grafana.dashboards import FAILURES_UID, FILE_NAMES, RUN_UID, build_all, render
+from afr.grafana.dashboards.common import FAILURE_STATUS_COLOURS
 from afr.grafana.interpolate import (
     ALL,
     MacroError,
@@ -30,6 +31,7 @@ from afr.grafana.interpolate import (
 )
 from afr.grafana.panels import DATASOURCE_UID, PLUGIN_ID
 from afr.grafana.push import ClickHouseTarget, datasource_model
+from collector.store.failures import FAILURE_STATUSES
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = build_all()
@@ -63,8 +65,8 @@ def test_the_checked_in_dashboards_are_the_generated_ones() -> None:
         assert json.loads(text)["uid"] == uid
 
 
-def test_four_dashboards_with_their_uids() -> None:
-    assert set(DASHBOARDS) == {"afr-runs", "afr-run", "afr-tools", "afr-evals"}
+def test_five_dashboards_with_their_uids() -> None:
+    assert set(DASHBOARDS) == {"afr-runs", "afr-run", "afr-tools", "afr-evals", "afr-failures"}
     for d in DASHBOARDS.values():
         assert d["schemaVersion"] == 39 and "afr" in d["tags"]
 
@@ -179,6 +181,92 @@ def test_the_trace_panel_uses_the_plugins_trace_mode() -> None:
     assert (target["format"], target["queryType"], target["editorType"]) == (3, "traces", "sql")
     meta = target["meta"]["builderOptions"]["meta"]
     assert meta["isTraceIdMode"] and meta["otelEnabled"] and meta["traceId"] == "${run_id}"
+
+
+# -- the Failures dashboard and a run's failure -----------------------------------------------
+
+
+def _panel(uid: str, title: str) -> dict[str, Any]:
+    (found,) = [p for p in DASHBOARDS[uid]["panels"] if p["title"] == title]
+    panel: dict[str, Any] = found
+    return panel
+
+
+def _links(panel: dict[str, Any], column: str) -> list[str]:
+    return [
+        link["url"]
+        for o in panel["fieldConfig"]["overrides"]
+        if o["matcher"]["options"] == column
+        for prop in o["properties"]
+        if prop["id"] == "links"
+        for link in prop["value"]
+    ]
+
+
+def test_the_failures_dashboard_filters_by_project_workflow_agent_status_and_signature() -> None:
+    variables = {v["name"]: v for v in DASHBOARDS[FAILURES_UID]["templating"]["list"]}
+    assert list(variables) == [
+        "datasource",
+        "database",
+        "project",
+        "workflow",
+        "agent",
+        "status",
+        "signature",
+    ]
+    status = variables["status"]
+    assert status["type"] == "custom" and status["includeAll"] and status["multi"]
+    assert [o["value"] for o in status["options"][1:]] == list(FAILURE_STATUSES)
+    assert variables["signature"]["type"] == "textbox"
+    assert set(FAILURE_STATUS_COLOURS["options"]) == set(FAILURE_STATUSES)
+    for panel in DASHBOARDS[FAILURES_UID]["panels"]:
+        sql = panel["targets"][0]["rawSql"]
+        for name in ("workflow", "agent", "status", "signature"):
+            assert f"${name})" in sql, f"{panel['title']}: not filtered by {name}"
+    assert DASHBOARDS[FAILURES_UID]["time"]["from"] == "now-30d", "a week has a month before it"
+
+
+def test_recurring_failures_come_first_and_in_red() -> None:
+    panels = DASHBOARDS[FAILURES_UID]["panels"]
+    first = min(panels, key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
+    assert first["title"] == "Recurring failures" and first["gridPos"]["w"] == 24
+    assert first["fieldConfig"]["defaults"]["color"] == {"mode": "fixed", "fixedColor": "red"}
+    assert "status = 'recurring'" in first["targets"][0]["rawSql"]
+    assert [p["type"] for p in panels] == ["table", "stat", "timeseries", "table", "table"]
+
+
+@pytest.mark.parametrize(
+    ("uid", "title"),
+    [
+        (FAILURES_UID, "Recurring failures"),
+        (FAILURES_UID, "New this week"),
+        (FAILURES_UID, "Failure clusters"),
+        (RUN_UID, "This failure"),
+    ],
+)
+def test_a_cluster_links_to_its_runs_and_a_signature_to_its_cluster(uid: str, title: str) -> None:
+    panel = _panel(uid, title)
+    selected = panel["targets"][0]["rawSql"].rsplit("\nSELECT ", 1)[1].split("\nFROM ")[0]
+    (signature,) = _links(panel, "signature")
+    assert (
+        signature.startswith(f"/d/{FAILURES_UID}/") and "var-signature=${__value.raw}" in signature
+    )
+    assert "var-project=${__data.fields.project}" in signature, "in the row's project"
+    for column in ("newest_run", "fixed_by", "guard_run"):
+        if re.search(rf"\b{column}\b", selected):
+            (url,) = _links(panel, column)
+            assert url.startswith(f"/d/{RUN_UID}/") and "var-run_id=${__value.raw}" in url
+
+
+def test_the_tool_calls_panel_says_what_it_compares() -> None:
+    panel = _panel(RUN_UID, "Tool calls against the source run")
+    description = panel["description"]
+    for said in ("by position", "top-level JSON field", "afr runs diff", "first divergence"):
+        assert said in description
+    sql = panel["targets"][0]["rawSql"]
+    assert "FULL OUTER JOIN" in sql and "SpanType = 'tool'" in sql
+    (source,) = _links(panel, "source_span_id")
+    assert "var-run_id=${__data.fields.source_run_id}" in source
 
 
 # -- the plugin's macros (test vectors of pkg/macros/macros_test.go) -------------------------

@@ -1,5 +1,6 @@
-"""What the dashboards share: their uids, the project variable, links to a run's timeline,
-the colours of statuses and verdicts, and panels of the kinds every dashboard has."""
+"""What the dashboards share: their uids, the project, workflow and agent variables, links
+to a run's timeline and to a failure cluster, the colours of statuses and verdicts, and
+panels of the kinds every dashboard has."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from afr.grafana.panels import (
     query_variable,
     target,
 )
-from afr.grafana.queries import RUNS
+from afr.grafana.queries import RUNS, WORKFLOW_OF_ROW, in_projects
 
 __all__ = [
     "EVALS_UID",
+    "FAILURES_UID",
+    "FAILURE_STATUS_COLOURS",
     "OPEN_RUN",
     "PROJECT",
     "RECENT_RUNS",
@@ -30,19 +33,23 @@ __all__ = [
     "STATUS_COLOURS",
     "TOOLS_UID",
     "VERDICT_COLOURS",
+    "agent_variable",
     "coloured",
     "common_variables",
+    "failure_link",
     "named",
     "run_link",
     "stat",
     "table",
     "timeseries",
+    "workflow_variable",
 ]
 
 RUNS_UID = "afr-runs"
 RUN_UID = "afr-run"
 TOOLS_UID = "afr-tools"
 EVALS_UID = "afr-evals"
+FAILURES_UID = "afr-failures"
 RECENT_RUNS = 200
 """Rows of a table of runs: the newest ones of the window."""
 
@@ -59,6 +66,12 @@ def run_link(title: str = "Open the run timeline", *, row_project: bool = True) 
     return link(title, RUN_UID, OPEN_RUN, ROW_PROJECT if row_project else PROJECT)
 
 
+def failure_link(title: str = "Show this failure's cluster") -> dict[str, Any]:
+    """To the Failures dashboard showing only the signature in the cell, in the row's
+    ``project``."""
+    return link(title, FAILURES_UID, "var-signature=${__value.raw}", ROW_PROJECT)
+
+
 def _project_variable() -> dict[str, Any]:
     return query_variable(
         "project",
@@ -69,6 +82,27 @@ def _project_variable() -> dict[str, Any]:
 
 def common_variables() -> list[dict[str, Any]]:
     return [datasource_variable(), constant("database", DEFAULT_DATABASE), _project_variable()]
+
+
+def workflow_variable() -> dict[str, Any]:
+    """The workflows (root span's workflow name) of the runs in the window."""
+    return query_variable(
+        "workflow",
+        "Workflow",
+        f"SELECT DISTINCT {WORKFLOW_OF_ROW} AS workflow FROM {RUNS}\n"
+        f"WHERE {in_projects()} AND $__timeFilter(Start) AND workflow != ''\n"
+        "ORDER BY workflow",
+    )
+
+
+def agent_variable() -> dict[str, Any]:
+    """The agents that ran in the runs of the window."""
+    return query_variable(
+        "agent",
+        "Agent",
+        f"SELECT DISTINCT arrayJoin(Agents) AS agent FROM {RUNS}\n"
+        f"WHERE {in_projects()} AND $__timeFilter(Start)\nORDER BY agent",
+    )
 
 
 # -- shared field settings ------------------------------------------------------------------
@@ -94,6 +128,16 @@ VERDICT_COLOURS = {
         "errored": {"color": "dark-red", "index": 8},
     },
 }
+FAILURE_STATUS_COLOURS = {
+    "type": "value",
+    "options": {
+        "recurring": {"color": "red", "index": 0},
+        "open": {"color": "orange", "index": 1},
+        "guarded": {"color": "blue", "index": 2},
+        "fixed": {"color": "green", "index": 3},
+    },
+}
+"""A failure cluster's status (``collector/store/failures.py``): recurring is the alarm."""
 _COLOUR_TEXT = {"type": "color-text"}
 
 

@@ -16,19 +16,17 @@ from afr.grafana.dashboards.common import (
     stat,
     table,
     timeseries,
+    workflow_variable,
 )
-from afr.grafana.panels import Grid, dashboard, override, query_variable
+from afr.grafana.panels import Grid, dashboard, override
 from afr.grafana.queries import (
     ERRORS,
     EVAL_STATUSES,
     KIND,
-    RUNS,
     SUMMARY,
     VERDICT,
     VERDICTS,
-    WORKFLOW_OF_ROW,
     eval_outcome,
-    in_projects,
     picked_runs,
     window_runs,
 )
@@ -46,13 +44,7 @@ def _kind_is(kind: str) -> str:
 def replays_and_evals() -> dict[str, Any]:
     variables = [
         *common_variables(),
-        query_variable(
-            "workflow",
-            "Workflow",
-            f"SELECT DISTINCT {WORKFLOW_OF_ROW} AS workflow FROM {RUNS}\n"
-            f"WHERE {in_projects()} AND $__timeFilter(Start) AND workflow != ''\n"
-            "ORDER BY workflow",
-        ),
+        workflow_variable(),
     ]
     only_workflow = ("workflow",)
     outcome = eval_outcome("verdict", "errors")

@@ -1,17 +1,20 @@
 """``afr-run``, Run timeline: one run in the trace view, its spans, the selected span's input and
-output, its source, replays and evals."""
+output, the cluster of its failure, its source, replays and evals, and a replay's or eval's
+tool calls against its source's."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from afr.grafana.dashboards.common import (
+    FAILURE_STATUS_COLOURS,
     PROJECT,
     RUN_UID,
     STATUS_COLOURS,
     VERDICT_COLOURS,
     coloured,
     common_variables,
+    failure_link,
     named,
     run_link,
     stat,
@@ -29,6 +32,7 @@ from afr.grafana.queries import (
     TRACE_SPAN_LIMIT,
     TRACES,
     eval_outcome,
+    failure_clusters,
     in_projects,
     window_spans,
 )
@@ -55,6 +59,73 @@ _RUN_SPANS = (
     "  AND run_end >= $__fromTime AND run_start <= $__toTime"
 )
 """The run's spans: between its own bounds, when it overlaps the dashboard's time range."""
+
+
+_THIS_FAILURE_SQL = f"""
+WITH {_RUN},
+(SELECT any(signature) FROM {SUMMARY} WHERE project = run_project AND run_id = {RUN_ID})
+    AS run_signature,
+{failure_clusters(projects="ProjectId = run_project", filters=(), having=("signature = run_signature",))}
+SELECT status, title, runs AS seen, first_seen AS since, last_seen, fixed_by,
+    guard_eval, guard_outcome, guard_run, runs_since_guard, recurring_since, signature, project
+FROM failure_clusters
+"""
+"""The cluster of the run's failure signature over the time range (``failure_clusters``,
+as ``GET /api/v1/failures/{{signature}}`` gives it): the run's project's production runs."""
+
+_TOOL_CALLS = """
+    SELECT row_number() OVER (ORDER BY Timestamp, SpanId) - 1 AS step,
+        if(ToolName != '', ToolName, SpanName) AS tool, Input AS arguments, Output AS output,
+        StatusCode = 'Error' AS failed, ErrorType AS error, SpanId AS span_id, 1 AS present
+    FROM {spans}
+    WHERE {where}
+      AND SpanType = 'tool'"""
+_CHANGED_KEYS = (
+    "arraySort(arrayFilter(k -> JSONExtractRaw(s.arguments, k) != JSONExtractRaw(r.arguments, k),"
+    "\n        arrayDistinct(arrayConcat(JSONExtractKeys(s.arguments),"
+    " JSONExtractKeys(r.arguments)))))"
+)
+_SOURCE_CALLS = _TOOL_CALLS.format(
+    spans=RUN_SPANS_FINAL,
+    where="ProjectId = run_project AND TraceId = source_id\n"
+    "      AND Timestamp >= source_start AND Timestamp <= source_end",
+)
+_THIS_CALLS = _TOOL_CALLS.format(spans=RUN_SPANS_FINAL, where=_RUN_SPANS.replace("\n", "\n    "))
+_SOURCE_SQL = f"""
+WITH {_RUN},
+(SELECT max(SourceRunId) FROM {RUNS} WHERE ProjectId = run_project AND TraceId = {RUN_ID})
+    AS source_id,
+(SELECT min(Start) FROM {TRACE_BOUNDS} WHERE ProjectId = run_project AND TraceId = source_id)
+    AS source_start,
+(SELECT max(End) FROM {TRACE_BOUNDS} WHERE ProjectId = run_project AND TraceId = source_id)
+    AS source_end
+SELECT step, s.tool AS source_tool, r.tool AS tool,
+    {_CHANGED_KEYS} AS changed,
+    multiIf(s.present = 0 OR r.present = 0, '', s.arguments = r.arguments, 'same',
+        notEmpty(changed), concat('different at ', arrayStringConcat(arrayMap(k ->
+            concat('/', replaceAll(replaceAll(k, '~', '~0'), '/', '~1')), changed), ', ')),
+        JSONType(s.arguments) = 'Object' AND JSONType(r.arguments) = 'Object', 'same',
+        'different') AS arguments,
+    multiIf(s.present = 0 OR r.present = 0, '', s.output = r.output, 'same', 'different')
+        AS output,
+    if(s.present = 1, if(s.failed, 'error', 'ok'), '') AS source_status,
+    if(r.present = 1, if(r.failed, 'error', 'ok'), '') AS status,
+    multiIf(r.present = 0, 'only in the source', s.present = 0, 'only in this run',
+        s.tool != r.tool, 'another tool', arguments != 'same', 'other arguments',
+        output != 'same', 'another output',
+        s.failed != r.failed, if(s.failed, 'error in the source only', 'error in this run only'),
+        s.error != r.error, 'another error', 'same') AS difference,
+    s.error AS source_error, r.error AS error, s.span_id AS source_span_id, r.span_id AS span_id,
+    source_id AS source_run_id, run_project AS project
+FROM ({_SOURCE_CALLS}
+) AS s
+FULL OUTER JOIN ({_THIS_CALLS}
+) AS r USING (step)
+WHERE source_id != '' AND run_end >= $__fromTime AND run_start <= $__toTime
+ORDER BY step
+"""
+"""A replay's or eval's tool calls against its source run's, paired by position (the n-th
+call with the n-th, in start order), as the replay verdict pairs them."""
 
 
 def _tags(column: str) -> str:
@@ -238,6 +309,39 @@ def run_timeline() -> dict[str, Any]:
         4,
     )
     grid.add(
+        table(
+            "This failure",
+            _THIS_FAILURE_SQL,
+            "The run's failure signature and its cluster over the time range, as the "
+            "Failures dashboard and GET /api/v1/failures give it: seen N times since (the "
+            "production runs with this signature in the run's project), the replay that fixed "
+            "it, the eval that guards it with its newest outcome, and its status (recurring: "
+            "the eval passes, yet the failure came back after it first ran). Nothing for a run "
+            "without a failure signature, or whose signature no production run of the range "
+            "has.",
+            [
+                coloured("status", FAILURE_STATUS_COLOURS, 90),
+                named("title", "failure", custom_minWidth=300),
+                named("seen", "seen (runs)", custom_width=90),
+                named("since", "since", custom_width=170),
+                named("last_seen", "last seen", custom_width=170),
+                named("fixed_by", "fixed by", links=[run_link("Open the replay that fixed it")]),
+                named("guard_eval", "guarded by"),
+                named("guard_outcome", "last eval outcome", custom_width=110),
+                named(
+                    "guard_run",
+                    "eval's newest run",
+                    links=[run_link("Open the eval's newest run")],
+                ),
+                named("runs_since_guard", "runs since the eval", custom_width=110),
+                named("recurring_since", "eval first ran", custom_width=170),
+                named("signature", "signature", links=[failure_link()], custom_width=150),
+            ],
+        ),
+        24,
+        3,
+    )
+    grid.add(
         panel(
             "traces",
             "Trace",
@@ -370,6 +474,75 @@ def run_timeline() -> dict[str, Any]:
         ),
         24,
         7,
+    )
+    grid.add(
+        table(
+            "Tool calls against the source run",
+            _SOURCE_SQL,
+            "For a replay or an eval run: its tool calls and its source run's, paired by "
+            "position (the n-th call of each, in start order; step 0 is the first), as the "
+            "replay verdict pairs them. Arguments are compared by top-level JSON field, each "
+            "value as JSON text without whitespace (2 and 2.0 differ here, not in the diff); "
+            "outputs and errors as stored (redacted and truncated alike). The first row that "
+            "differs in tool or arguments, or has a call only one run made, is the verdict's "
+            "first divergence. Model calls, handoffs and guardrails, and an alignment that "
+            "skips a call only one run made, are in `afr runs diff` (GET /api/v1/runs/diff).",
+            [
+                override("step", custom_width=60),
+                named("source_tool", "source's tool"),
+                override("changed", custom_hidden=True),
+                override(
+                    "difference",
+                    custom_width=170,
+                    mappings=[
+                        {
+                            "type": "value",
+                            "options": {"same": {"color": "green", "index": 0}},
+                        },
+                        {
+                            "type": "regex",
+                            "options": {
+                                "pattern": ".+",
+                                "result": {"color": "orange", "index": 1},
+                            },
+                        },
+                    ],
+                    custom_cellOptions={"type": "color-text"},
+                ),
+                coloured("source_status", STATUS_COLOURS, 100),
+                coloured("status", STATUS_COLOURS, 80),
+                named("source_error", "source's error"),
+                named("source_run_id", "source run", links=[run_link("Open the source run")]),
+                named(
+                    "source_span_id",
+                    "source's span",
+                    links=[
+                        link(
+                            "Open the source run at this span",
+                            RUN_UID,
+                            "var-run_id=${__data.fields.source_run_id}",
+                            "var-span_id=${__value.raw}",
+                            PROJECT,
+                        )
+                    ],
+                ),
+                named(
+                    "span_id",
+                    "span",
+                    links=[
+                        link(
+                            "Show its input and output",
+                            RUN_UID,
+                            "${run_id:queryparam}",
+                            "var-span_id=${__value.raw}",
+                            PROJECT,
+                        )
+                    ],
+                ),
+            ],
+        ),
+        24,
+        8,
     )
     grid.add(
         table(

@@ -9,6 +9,7 @@ from afr.grafana.dashboards.common import (
     RUNS_UID,
     STATUS_COLOURS,
     VERDICT_COLOURS,
+    agent_variable,
     coloured,
     common_variables,
     named,
@@ -16,18 +17,16 @@ from afr.grafana.dashboards.common import (
     stat,
     table,
     timeseries,
+    workflow_variable,
 )
-from afr.grafana.panels import Grid, custom_variable, dashboard, override, query_variable
+from afr.grafana.panels import Grid, custom_variable, dashboard, override
 from afr.grafana.queries import (
     COST,
     ERRORS,
     PRICES,
-    RUNS,
     SUMMARY,
     USAGE,
-    WORKFLOW_OF_ROW,
     eval_outcome,
-    in_projects,
     picked_runs,
     window_runs,
 )
@@ -39,19 +38,8 @@ __all__ = ["agent_runs"]
 def agent_runs() -> dict[str, Any]:
     variables = [
         *common_variables(),
-        query_variable(
-            "workflow",
-            "Workflow",
-            f"SELECT DISTINCT {WORKFLOW_OF_ROW} AS workflow FROM {RUNS}\n"
-            f"WHERE {in_projects()} AND $__timeFilter(Start) AND workflow != ''\n"
-            "ORDER BY workflow",
-        ),
-        query_variable(
-            "agent",
-            "Agent",
-            f"SELECT DISTINCT arrayJoin(Agents) AS agent FROM {RUNS}\n"
-            f"WHERE {in_projects()} AND $__timeFilter(Start)\nORDER BY agent",
-        ),
+        workflow_variable(),
+        agent_variable(),
         custom_variable("status", "Status", ("ok", "error")),
         custom_variable("kind", "Kind", sc.RUN_KINDS),
     ]
