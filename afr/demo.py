@@ -132,7 +132,7 @@ def run_demo(data_dir: Path = DEMO_DATA_DIR) -> int:
         "   (Grafana on the embedded store)"
     )
     print(
-        f"   .venv/bin/afr grafana push --data-dir {data_dir}   (datasource + 4 dashboards; "
+        f"   .venv/bin/afr grafana push --data-dir {data_dir}   (datasource + 5 dashboards; "
         "token in AFR_GRAFANA_TOKEN)"
     )
     print(

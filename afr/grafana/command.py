@@ -25,7 +25,7 @@ def add_grafana_parser(commands: Any) -> argparse.ArgumentParser:
         "push",
         help="create or update the ClickHouse datasource and afr's dashboards in a Grafana",
         description="Creates or updates, through Grafana's HTTP API, the ClickHouse "
-        "datasource (uid afr-clickhouse, OTel trace mode on afr's spans table) and the four "
+        "datasource (uid afr-clickhouse, OTel trace mode on afr's spans table) and the five "
         "dashboards in the folder 'afr'; running it again changes nothing. By default the "
         "datasource points at the collector's SQL interface (afr up --sql) on "
         "127.0.0.1:8123, user afr, password from <data dir>/sql.password; --clickhouse-url "
