@@ -499,20 +499,26 @@ def _collector(
         sys.executable, "-m", "afr.cli", "up", "--no-worker",
         "--grpc-port", str(grpc_port), "--http-port", str(http_port),
     ]  # fmt: skip
+    errors = (data_dir / "stderr.log").open("w")
     process = subprocess.Popen(
-        command, env=env, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        command, env=env, cwd=source, stdout=subprocess.PIPE, stderr=errors, text=True
     )
     try:
         assert process.stdout is not None
         for line in process.stdout:
             if line.startswith("  read API"):
                 break
+        else:
+            process.wait(60)
+            tail = (data_dir / "stderr.log").read_text()[-2000:]
+            raise RuntimeError(f"afr up exited ({process.returncode}) before serving:\n{tail}")
         yield process, key, grpc_port, http_port
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
         if process.stdout is not None:
             process.stdout.close()
+        errors.close()
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -50,8 +51,11 @@ SPANS_PER_RUN = 10
 PROJECT = "bench"
 REPEAT = 40
 INGEST_REQUESTS = int(os.environ.get("AFR_BENCH_SIGNATURE_REQUESTS", "200"))
-INGEST_ROUNDS = int(os.environ.get("AFR_BENCH_SIGNATURE_ROUNDS", "3"))
+INGEST_ROUNDS = int(os.environ.get("AFR_BENCH_SIGNATURE_ROUNDS", "5"))
 RESULTS = Path(__file__).parent / "results"
+# The failures list before its linked-runs query was reworked: the same-run baseline of the
+# reader (in process), whose clusters must equal today's.
+BASELINE_REF = "785a1ab"
 _NS = 1_000_000_000
 
 # A run r (its spans are numbers r*10 .. r*10+9) is a failing production run when r % 10 = 3:
@@ -211,20 +215,49 @@ def in_process(store: Any, now_s: int) -> dict[str, Any]:
             max(c["runs"] for c in clusters),
         ],
     }
+    before = _reader_at(BASELINE_REF, store)
+    if before is not None:
+        results["same_as_baseline"] = before.clusters(PROJECT, everything) == (clusters, None)
     queries: list[list[float]] = []
     totals: list[float] = []
+    totals_before: list[float] = []
     reader.clusters(PROJECT, window)  # warm
-    for _ in range(REPEAT // 2):
+    for _ in range(REPEAT // 2):  # the two readers in turn, so drift falls on both
         timed.last = []
         began = time.perf_counter()
         reader.clusters(PROJECT, window)
         totals.append((time.perf_counter() - began) * 1000)
         queries.append(timed.last)
+        if before is not None:
+            began = time.perf_counter()
+            before.clusters(PROJECT, window)
+            totals_before.append((time.perf_counter() - began) * 1000)
     results["reader"] = _figure(totals)
     results["reader_queries_p50_ms"] = [
         round(statistics.median(q[i] for q in queries), 1) for i in range(len(queries[0]))
     ]
+    if totals_before:
+        results["reader_baseline"] = _figure(totals_before)
     return results
+
+
+def _reader_at(ref: str, store: Any) -> Any:
+    """A ``FailureReader`` of ``collector/store/failures.py`` as it was at ``ref`` (loaded
+    from git beside today's), or None where git or the ref is not there."""
+    root = Path(__file__).resolve().parent.parent
+    git = shutil.which("git") or "git"
+    shown = subprocess.run(
+        [git, "-C", str(root), "show", f"{ref}:collector/store/failures.py"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if shown.returncode != 0:
+        return None
+    module = types.ModuleType("failures_at_baseline")
+    sys.modules[module.__name__] = module  # its dataclasses look their module up
+    exec(compile(shown.stdout, f"{ref}:failures.py", "exec"), module.__dict__)  # noqa: S102
+    return module.FailureReader(store, query_timeout_s=60)
 
 
 def _seed_child(path: Path) -> None:
@@ -299,7 +332,7 @@ def read_api(data_dir: Path) -> dict[str, Any]:
 def ingest() -> dict[str, Any]:
     """Acknowledged spans/s with signatures on and off, rounds alternating (on-off, off-on,
     ...) so the machine's drift falls on both sides."""
-    from bench.collector_bench import make_requests, run_collector
+    from bench.collector_bench import TRACES_PER_REQUEST, make_requests, run_collector
 
     requests = make_requests(INGEST_REQUESTS, seed=5, failures=True)
     rounds: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
@@ -314,11 +347,18 @@ def ingest() -> dict[str, Any]:
         sum(us for key, us in r.items() if key.startswith("stage_") and key != "stage_insert_us")
         for r in rounds["on"]
     ]
+    cpu = {
+        side: [r["collector_cpu_s_per_1k"] + r["workers_cpu_s_per_1k"] for r in rounds[side]]
+        for side in rounds
+    }
     return {
-        "spans_per_round": INGEST_REQUESTS * 504,
+        "spans_per_round": INGEST_REQUESTS * TRACES_PER_REQUEST * 9,
         "on_spans_per_s": on,
         "off_spans_per_s": off,
         "ratio": statistics.median(on) / statistics.median(off),
+        "on_cpu_s_per_1k": cpu["on"],
+        "off_cpu_s_per_1k": cpu["off"],
+        "cpu_ratio": statistics.median(cpu["on"]) / statistics.median(cpu["off"]),
         "signature_stage_us": statistics.median(r["stage_signature_us"] for r in rounds["on"]),
         "stages_us": statistics.median(stages),
         "off_has_no_signature_stage": all("stage_signature_us" not in r for r in rounds["off"]),
@@ -368,17 +408,26 @@ def _report(r: dict[str, Any]) -> None:
         figure = r[name]
         print(f"  GET {name:<20} p50 {figure['p50_ms']:>6.1f} ms  p99 {figure['p99_ms']:>6.1f} ms")
     queries = " + ".join(f"{ms:.1f}" for ms in r["reader_queries_p50_ms"])
-    print(
+    line = (
         f"  in process, FailureReader.clusters p50 {r['reader']['p50_ms']:.1f} ms "
         f"(queries {queries} ms, the rest Python)"
     )
+    if "reader_baseline" in r:
+        before = r["reader_baseline"]["p50_ms"]
+        same = "the same clusters" if r["same_as_baseline"] else "OTHER CLUSTERS"
+        line += (
+            f"; the reader at {BASELINE_REF} {before:.1f} ms = "
+            f"{before / max(r['reader']['p50_ms'], 0.1):.1f}x slower, {same}"
+        )
+    print(line)
     i = r["ingest"]
     on, off = statistics.median(i["on_spans_per_s"]), statistics.median(i["off_spans_per_s"])
     print(
         f"  ingest, every run failing, {len(i['on_spans_per_s'])} rounds each of "
         f"{i['spans_per_round']:,} spans: signatures on {on:,.0f} spans/s, off {off:,.0f} = "
-        f"{i['ratio']:.3f}x (target >= 0.95x); the signature stage {i['signature_stage_us']:.1f} "
-        f"µs per span of {i['stages_us']:.0f} µs in the workers' stages"
+        f"{i['ratio']:.3f}x (target >= 0.95x); CPU per span {i['cpu_ratio']:.3f}x; the "
+        f"signature stage {i['signature_stage_us']:.1f} µs per span of {i['stages_us']:.0f} µs "
+        "in the workers' stages"
     )
 
 

@@ -37,3 +37,6 @@ def test_the_bench_store_has_its_failing_runs_signatures_and_every_status(tmp_pa
     assert 45 <= figures["clusters"] <= 50
     assert set(figures["statuses"]) == {"open", "fixed", "guarded", "recurring"}
     assert len(figures["reader_queries_p50_ms"]) == 2, "one query for clusters, one for links"
+    # The reader of the code before the bench's baseline ref finds the same clusters (where
+    # git has that commit).
+    assert figures.get("same_as_baseline", True) is True
