@@ -40,6 +40,8 @@ CAUSE_CHARS = 200
 """The longest cause shape kept: a signature names a failure, it does not archive it."""
 
 _INVALID_ARGUMENTS = "Invalid JSON input for tool"
+_CAUSE_JSON = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(cause, separators=(",", ":"))``, without building an encoder per span."""
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _VALUE_TOKEN = re.compile(r"[\w.:/+#@-]*\d[\w.:/+#@-]*")
 _CODE = re.compile(r"\d{3}")
@@ -188,7 +190,7 @@ def failure_cause(record: SpanRecord) -> str:
     shape = cause_shape(record.error_type, _message(record, data), record.input)
     cause = [record.span_type, _subject(record, data), record.error_type, shape]
     # ASCII escapes: a lone surrogate in parsed error data can never reach a row.
-    return json.dumps(cause, separators=(",", ":"))
+    return _CAUSE_JSON.encode(cause)
 
 
 def failure_causes(records: list[SpanRecord]) -> list[SpanRecord]:
