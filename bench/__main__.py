@@ -10,6 +10,7 @@ from bench import (
     dashboard_bench,
     eval_bench,
     exporter_bench,
+    failures_bench,
     read_bench,
     storage_bench,
     testbed_bench,
@@ -23,6 +24,7 @@ BENCHES: dict[str, Callable[[], object]] = {
     "eval": eval_bench.main,
     "read": read_bench.main,
     "dashboards": dashboard_bench.main,
+    "failures": failures_bench.main,
     "storage": storage_bench.main,
     "testbed": testbed_bench.main,
 }

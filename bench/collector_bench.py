@@ -133,7 +133,35 @@ def _kv(key: str, value: Any) -> common_pb2.KeyValue:
     return common_pb2.KeyValue(key=key, value=common_pb2.AnyValue(string_value=str(value)))
 
 
-def _trace(rng: random.Random, start_ns: int, secret_every_bytes: int = 0) -> list[trace_pb2.Span]:
+_VALIDATION_REPORT = (
+    "Invalid JSON input for tool refund_order: 2 validation errors for refund_order_args\n"
+    "amount\n"
+    "  Input should be a valid number, unable to parse string as a number "
+    "[type=float_parsing, input_value='{amount}', input_type=str]\n"
+    "    For further information visit https://errors.pydantic.dev/2.11/v/float_parsing\n"
+    "order.id\n"
+    "  Field required [type=missing, input_value={{'amount': '{amount}'}}, input_type=dict]"
+)
+
+
+def _tool_error(rng: random.Random) -> str:
+    """The SDK's error data of a failed tool call, one of the three ways a failure cause's
+    shape is derived (collector/processors/signature.py) in turn: a validation report,
+    arguments rejected without one, a raised error holding values."""
+    kind = rng.randrange(3)
+    if kind == 0:
+        error = _VALIDATION_REPORT.format(amount=f"{rng.randrange(100)}.OO")
+    elif kind == 1:
+        error = "Invalid JSON input for tool refund_order"
+    else:
+        order, day = rng.randrange(10**4), rng.randrange(1, 29)
+        error = f"no order A-{order} for customer '{_email(rng)}' since 2026-11-{day:02d}"
+    return json.dumps({"tool_name": "refund_order", "error": error})
+
+
+def _trace(
+    rng: random.Random, start_ns: int, secret_every_bytes: int = 0, failure_data: bool = False
+) -> list[trace_pb2.Span]:
     trace_id = rng.randbytes(16)
     ids = [rng.randbytes(8) for _ in range(9)]
     shape = [
@@ -195,6 +223,8 @@ def _trace(rng: random.Random, start_ns: int, secret_every_bytes: int = 0) -> li
                 ),
                 _kv("gen_ai.tool.call.result", json.dumps({"error": _text(rng, 300)})),
             ]
+            if failure_data:
+                attributes.append(_kv("afr.error.data", _tool_error(rng)))
         else:
             attributes.append(_kv("afr.note", _text(rng, body_size, secret_every_bytes)))
         status = (
@@ -218,13 +248,21 @@ def _trace(rng: random.Random, start_ns: int, secret_every_bytes: int = 0) -> li
     return spans
 
 
-def make_requests(count: int, seed: int = 7, secret_every_bytes: int = 0) -> list[bytes]:
+def make_requests(
+    count: int, seed: int = 7, secret_every_bytes: int = 0, failures: bool = False
+) -> list[bytes]:
+    """``count`` export requests of ``TRACES_PER_REQUEST`` traces; every trace's tool call
+    fails (``Error running tool``), with the SDK's error data when ``failures``."""
     rng = random.Random(seed)
     now = time.time_ns()
     resource = resource_pb2.Resource(attributes=[_kv("service.name", "bench-agent")])
     requests = []
     for _ in range(count):
-        spans = [s for _ in range(TRACES_PER_REQUEST) for s in _trace(rng, now, secret_every_bytes)]
+        spans = [
+            s
+            for _ in range(TRACES_PER_REQUEST)
+            for s in _trace(rng, now, secret_every_bytes, failures)
+        ]
         request = trace_service_pb2.ExportTraceServiceRequest(
             resource_spans=[
                 trace_pb2.ResourceSpans(
@@ -461,20 +499,26 @@ def _collector(
         sys.executable, "-m", "afr.cli", "up", "--no-worker",
         "--grpc-port", str(grpc_port), "--http-port", str(http_port),
     ]  # fmt: skip
+    errors = (data_dir / "stderr.log").open("w")
     process = subprocess.Popen(
-        command, env=env, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        command, env=env, cwd=source, stdout=subprocess.PIPE, stderr=errors, text=True
     )
     try:
         assert process.stdout is not None
         for line in process.stdout:
             if line.startswith("  read API"):
                 break
+        else:
+            process.wait(60)
+            tail = (data_dir / "stderr.log").read_text()[-2000:]
+            raise RuntimeError(f"afr up exited ({process.returncode}) before serving:\n{tail}")
         yield process, key, grpc_port, http_port
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
         if process.stdout is not None:
             process.stdout.close()
+        errors.close()
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -91,6 +91,9 @@ class CollectorSettings(SecretsDirSettings):
     """TOML file adding, disabling or allow-listing rules (see collector/privacy.py)."""
     redaction_key: SecretStr | None = None
     """HMAC key of the pseudonyms; unset -> generated once into data_dir/redaction.key."""
+    failure_signatures: bool = True
+    """Each errored span gets its failure cause at ingest, each failing run a signature, and
+    runs cluster by it (ADR 34); False: no cause, no signature, no clusters (runs stay failed)."""
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
     max_span_bytes: int = Field(default=4 * MiB, ge=4096)
 

@@ -33,7 +33,6 @@ from afr_exporter.semconv import (
     RUN_KINDS,
 )
 from collector.model import SpanRecord, escape_surrogates
-from collector.processors.signature import failure_cause
 from collector.processors.tool_calls import link_tool_calls, native_tool_call_id
 
 __all__ = [
@@ -405,7 +404,6 @@ def normalize_one(record: SpanRecord) -> None:
     oversized = [key for key, value in attrs.items() if len(value) > BODY_ATTRIBUTE_BYTES]
     for key in oversized:
         record.body_attributes[key] = attrs.pop(key)
-    record.failure_cause = failure_cause(record)
 
 
 def normalize(records: list[SpanRecord]) -> list[SpanRecord]:

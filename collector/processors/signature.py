@@ -15,6 +15,10 @@ handoff target), the canonical error type, and the *shape* of the cause, never i
 What needs the rest of the run (the agent that ran the span, the path of agents before it) is
 derived in the store's run summary from per-span columns (``schema.py``), so the signature
 never depends on batching either.
+
+``failure_causes`` is the ingest processor (after normalization, before truncation: it reads
+the canonical fields and the whole arguments). ``AFR_FAILURE_SIGNATURES=false`` leaves it out
+of the pipeline: spans then carry no cause, their runs no signature, and they never cluster.
 """
 
 from __future__ import annotations
@@ -30,12 +34,14 @@ from afr_exporter.semconv import (
 )
 from collector.model import SpanRecord
 
-__all__ = ["CAUSE_CHARS", "cause_shape", "failure_cause", "masked_message"]
+__all__ = ["CAUSE_CHARS", "cause_shape", "failure_cause", "failure_causes", "masked_message"]
 
 CAUSE_CHARS = 200
 """The longest cause shape kept: a signature names a failure, it does not archive it."""
 
 _INVALID_ARGUMENTS = "Invalid JSON input for tool"
+_CAUSE_JSON = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(cause, separators=(",", ":"))``, without building an encoder per span."""
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
 _VALUE_TOKEN = re.compile(r"[\w.:/+#@-]*\d[\w.:/+#@-]*")
 _CODE = re.compile(r"\d{3}")
@@ -184,4 +190,11 @@ def failure_cause(record: SpanRecord) -> str:
     shape = cause_shape(record.error_type, _message(record, data), record.input)
     cause = [record.span_type, _subject(record, data), record.error_type, shape]
     # ASCII escapes: a lone surrogate in parsed error data can never reach a row.
-    return json.dumps(cause, separators=(",", ":"))
+    return _CAUSE_JSON.encode(cause)
+
+
+def failure_causes(records: list[SpanRecord]) -> list[SpanRecord]:
+    """The ingest processor: every span's failure cause (``""`` for a span that did not fail)."""
+    for record in records:
+        record.failure_cause = failure_cause(record)
+    return records

@@ -46,6 +46,14 @@ _SAMPLES = 5
 _FIXED = "FAILURE_FIXED"
 _PASSED = "passed"
 
+_FAILING = f"""
+    SELECT TraceId FROM {{db}}.{RUNS_TABLE}
+    WHERE ProjectId = {{project:String}} AND Failure.2 != ''
+      AND Start >= fromUnixTimestamp64Nano({{since_ns:Int64}})
+      AND Start < fromUnixTimestamp64Nano({{until_ns:Int64}})"""
+"""The runs with a failure cause on a row that starts in the window: the members are chosen
+among them."""
+
 _MEMBERS = f"""
 SELECT
     TraceId AS run_id,
@@ -59,11 +67,7 @@ SELECT
     max(KindCode) AS kind_code
 FROM {{db}}.{RUNS_TABLE}
 WHERE ProjectId = {{project:String}}
-  AND TraceId IN (
-    SELECT TraceId FROM {{db}}.{RUNS_TABLE}
-    WHERE ProjectId = {{project:String}} AND Failure.2 != ''
-      AND Start >= fromUnixTimestamp64Nano({{since_ns:Int64}})
-      AND Start < fromUnixTimestamp64Nano({{until_ns:Int64}}))
+  AND TraceId IN ({_FAILING})
 GROUP BY TraceId
 HAVING start_ns >= {{since_ns:Int64}} AND start_ns < {{until_ns:Int64}}
     AND kind_code = 0 AND signature != ''{{extra}}
@@ -95,11 +99,14 @@ FROM {{db}}.{RUNS_TABLE}
 WHERE ProjectId = {{project:String}}
   AND TraceId IN (
     SELECT TraceId FROM {{db}}.{RUNS_TABLE}
-    WHERE ProjectId = {{project:String}} AND SourceRunId IN {{sources:Array(String)}})
+    WHERE ProjectId = {{project:String}} AND SourceRunId IN ({_FAILING}))
 GROUP BY TraceId
 HAVING kind IN (2, 3)
 """
-"""Replays (kind 3) and eval runs (kind 2) of the members, at any time."""
+"""Replays (kind 3) and eval runs (kind 2) of the window's failing runs, at any time: of the
+members among them (``_link`` keeps those). The members are not sent back as a parameter:
+10k run ids cost more to pass (~40 ms at 10k members) than the failing runs cost to find
+again (~5 ms)."""
 
 
 @dataclass(frozen=True)
@@ -174,11 +181,15 @@ class FailureReader:
             params["signature"] = flt.signature
             extra += " AND signature = {signature:String}"
         members = _MEMBERS.replace("{extra}", extra)
+        # The runs are merged in primary-key order (TraceId), streamed rather than hashed:
+        # ~10% of the query at 10k failing runs (bench/failures_bench.py).
         rows = self._store.query(
-            _CLUSTERS.replace("{members}", members) + f" {self._settings}", params
+            _CLUSTERS.replace("{members}", members)
+            + f" {self._settings}, optimize_aggregation_in_order = 1",
+            params,
         )
         clusters = [self._cluster(row) for row in rows]
-        self._link(project, clusters)
+        self._link({k: params[k] for k in ("project", "since_ns", "until_ns")}, clusters)
         if flt.status:
             clusters = [c for c in clusters if c["status"] == flt.status]
         clusters.sort(key=_sort_key)
@@ -238,15 +249,12 @@ class FailureReader:
             "_members": {str(m): int(ns) for m, ns in members},
         }
 
-    def _link(self, project: str, clusters: list[dict[str, Any]]) -> None:
+    def _link(self, window: dict[str, Any], clusters: list[dict[str, Any]]) -> None:
         """Each cluster's fixes and guards, from the runs linked to its members."""
         by_member = {m: c for c in clusters for m in c["_members"]}
         linked: list[tuple[Any, ...]] = []
         if by_member:
-            linked = self._store.query(
-                _LINKED + f" {self._settings}",
-                {"project": project, "sources": sorted(by_member)},
-            )
+            linked = self._store.query(_LINKED + f" {self._settings}", window)
         fixes: dict[str, list[tuple[int, str]]] = {}
         evals: dict[str, dict[str, dict[str, Any]]] = {}
         for run_id, start_ns, kind, source, verdict, eval_name in sorted(

@@ -631,7 +631,16 @@ def test_healthz_says_where_a_spans_time_goes(running: Running) -> None:
     assert len(running.run(trace.hex())["spans"]) == 5  # inserted by now
     health = httpx.get(running.http_url + "/healthz").json()
     stages = health["pipeline"]["stage_us_per_span"]
-    assert list(stages) == ["decode", "records", "redact", "normalize", "truncate", "encode", "wal"]
+    assert list(stages) == [
+        "decode",
+        "records",
+        "redact",
+        "normalize",
+        "signature",
+        "truncate",
+        "encode",
+        "wal",
+    ]
     assert all(us > 0 for us in stages.values()), stages
     assert health["pipeline"]["spans_accepted"] == before["pipeline"]["spans_accepted"] + 5
     assert health["insert_us_per_row"] > 0

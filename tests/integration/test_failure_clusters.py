@@ -281,6 +281,21 @@ def test_workflow_filter_and_project_scope(world: World) -> None:
     assert answer.json()["failures"] == []
 
 
+def test_only_the_fixes_of_runs_counted_decide_the_status(world: World) -> None:
+    """A replay fixed a failing run of the window that the filter does not count (another
+    workflow): the cluster of the runs counted stays open."""
+    base = time.time_ns() - 500 * 24 * _HOUR_NS
+    window: dict[str, Any] = {"since": base, "until": base + 24 * _HOUR_NS}
+    kind = _KINDS[2]
+    world.run_at(kind, base + _HOUR_NS, workflow="checkout")
+    returns = world.run_at(kind, base + 2 * _HOUR_NS, workflow="returns")
+    world.linked_run("replay", returns, base + 3 * _HOUR_NS, {sc.METADATA_VERDICT: "FAILURE_FIXED"})
+    (checkout,) = world.failures(workflow="checkout", **window)
+    assert (checkout["runs"], checkout["status"], checkout["fixed_by"]) == (1, "open", None)
+    (everything,) = world.failures(**window)
+    assert (everything["runs"], everything["status"]) == (2, "fixed")
+
+
 def test_afr_failures_list_and_show(world: World) -> None:
     base = time.time_ns() - 400 * 24 * _HOUR_NS
     kind = _KINDS[0]

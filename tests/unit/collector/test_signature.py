@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from collector.processors.normalize import normalize
-from collector.processors.signature import cause_shape, masked_message
+from collector.processors.signature import cause_shape, failure_causes, masked_message
 from tests.records import span_record
 
 PYDANTIC_REPORT = (
@@ -31,7 +31,7 @@ def _tool_error(arguments: str, error: str) -> list[str]:
             "afr.error.data": json.dumps({"tool_name": "refund_order", "error": error}),
         },
     )
-    cause: list[str] = json.loads(normalize([record])[0].failure_cause)
+    cause: list[str] = json.loads(failure_causes(normalize([record]))[0].failure_cause)
     return cause
 
 
@@ -74,7 +74,7 @@ def test_a_status_code_is_kept_other_numbers_are_not() -> None:
 
 def test_a_span_that_did_not_fail_has_no_cause() -> None:
     record = span_record(span_attributes={"afr.span.type": "function", "error.type": "x"})
-    assert normalize([record])[0].failure_cause == ""
+    assert failure_causes(normalize([record]))[0].failure_cause == ""
 
 
 def test_what_failed_inside_an_agent_turn_is_named() -> None:
@@ -89,5 +89,5 @@ def test_what_failed_inside_an_agent_turn_is_named() -> None:
             "afr.error.data": json.dumps({"tool_name": "book_flight"}),
         },
     )
-    cause = json.loads(normalize([record])[0].failure_cause)
+    cause = json.loads(failure_causes(normalize([record]))[0].failure_cause)
     assert cause == ["turn", "tool:book_flight", "Tool not found", ""]
