@@ -79,7 +79,7 @@ class _Override(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ToolOutput(_Override):
+class OverrideToolOutput(_Override):
     """The tool call answers with ``output``."""
 
     kind: Literal["tool_output"]
@@ -87,7 +87,7 @@ class ToolOutput(_Override):
     output: str
 
 
-class ToolError(_Override):
+class OverrideToolError(_Override):
     """The tool call fails; the model is shown ``error``."""
 
     kind: Literal["tool_error"]
@@ -95,7 +95,7 @@ class ToolError(_Override):
     error: str
 
 
-class ToolArguments(_Override):
+class OverrideToolArguments(_Override):
     """The model issued the tool call with these arguments (JSON text, checked against the
     tool's captured schema)."""
 
@@ -104,19 +104,19 @@ class ToolArguments(_Override):
     arguments: str
 
 
-class AgentInstructions(_Override):
+class OverrideInstructions(_Override):
     kind: Literal["instructions"]
     agent: str = Field(min_length=1)
     instructions: str = Field(min_length=1)
 
 
-class AgentModel(_Override):
+class OverrideAgentModel(_Override):
     kind: Literal["agent_model"]
     agent: str = Field(min_length=1)
     model: str = Field(min_length=1, max_length=200)
 
 
-class AgentSettings(_Override):
+class OverrideModelSettings(_Override):
     """Model settings merged over the agent's (``temperature``, ``top_p``, ``max_tokens``...)."""
 
     kind: Literal["model_settings"]
@@ -124,13 +124,13 @@ class AgentSettings(_Override):
     settings: dict[str, str | int | float | bool | None] = Field(min_length=1)
 
 
-class GuardrailOutcome(_Override):
+class OverrideGuardrail(_Override):
     kind: Literal["guardrail"]
     name: str = Field(min_length=1)
     triggered: bool
 
 
-class UserInput(_Override):
+class OverrideInput(_Override):
     """The run's user input (the last user message when the input is a list of items)."""
 
     kind: Literal["input"]
@@ -138,14 +138,14 @@ class UserInput(_Override):
 
 
 Override = Annotated[
-    ToolOutput
-    | ToolError
-    | ToolArguments
-    | AgentInstructions
-    | AgentModel
-    | AgentSettings
-    | GuardrailOutcome
-    | UserInput,
+    OverrideToolOutput
+    | OverrideToolError
+    | OverrideToolArguments
+    | OverrideInstructions
+    | OverrideAgentModel
+    | OverrideModelSettings
+    | OverrideGuardrail
+    | OverrideInput,
     Field(discriminator="kind"),
 ]
 
@@ -262,6 +262,7 @@ class Job(BaseModel):
     cost_usd: float
     overrun_usd: float
     model_requests: int
+    fork: dict[str, Any] | None = Field(None, description="the fork asked for (step, overrides)")
 
 
 class EvalWritten(BaseModel):

@@ -37,7 +37,7 @@ from agents.tracing import custom_span
 
 from afr_exporter import semconv as sc
 from afr_exporter.semconv import METADATA_DETERMINISTIC_IDS
-from replay_worker.hooks.models import AgentModel, Fork
+from replay_worker.hooks.models import Fork, OverrideAgentModel
 from replay_worker.ledger import BudgetExceeded
 from replay_worker.replay.calls import FAILED_OUTCOMES
 from replay_worker.replay.fixture import Fixture
@@ -89,7 +89,7 @@ def _agents(
     agent_models = {
         o.agent: o.model
         for o in (fork.request.overrides if fork else [])
-        if isinstance(o, AgentModel)
+        if isinstance(o, OverrideAgentModel)
     }
     for name, spec in fixture.agents.items():
         settings = ModelSettings(

@@ -40,15 +40,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from replay_worker.hooks.models import (
-    AgentInstructions,
-    AgentModel,
-    AgentSettings,
     Fork,
-    GuardrailOutcome,
-    ToolArguments,
-    ToolError,
-    ToolOutput,
-    UserInput,
+    OverrideAgentModel,
+    OverrideGuardrail,
+    OverrideInput,
+    OverrideInstructions,
+    OverrideModelSettings,
+    OverrideToolArguments,
+    OverrideToolError,
+    OverrideToolOutput,
 )
 from replay_worker.replay.fixture import (
     FIXTURE_VERSION,
@@ -225,7 +225,7 @@ def plan_fork(fixture: Fixture, fork: Fork) -> ForkPlan:
     outcome: dict[int, tuple[str, str | None]] = {}
     at = f"llm:{recorded + 1}"  # where the model goes live, for the messages
     for override in fork.overrides:
-        if isinstance(override, ToolOutput | ToolError | ToolArguments):
+        if isinstance(override, OverrideToolOutput | OverrideToolError | OverrideToolArguments):
             call_id = override.call_id
             if call_id not in by_id:
                 what = "a handoff, not a tool call" if call_id in issued else "never called"
@@ -247,7 +247,7 @@ def plan_fork(fixture: Fixture, fork: Fork) -> ForkPlan:
                     f" captured outcome; fork at {call_id} or earlier"
                 )
             call = tool_calls[index]
-            if isinstance(override, ToolArguments):
+            if isinstance(override, OverrideToolArguments):
                 if issuer is None or issuer != recorded or step_call is None:
                     raise ForkError(
                         f"tool_arguments {call_id}: its arguments are what the live model sends"
@@ -269,21 +269,23 @@ def plan_fork(fixture: Fixture, fork: Fork) -> ForkPlan:
             else:
                 outcome[index] = (
                     (override.output, None)
-                    if isinstance(override, ToolOutput)
+                    if isinstance(override, OverrideToolOutput)
                     else (override.error, OVERRIDE_ERROR)
                 )
-        elif isinstance(override, AgentInstructions | AgentModel | AgentSettings):
+        elif isinstance(
+            override, OverrideInstructions | OverrideAgentModel | OverrideModelSettings
+        ):
             if override.agent not in agents:
                 raise ForkError(
                     f"{override.kind} {override.agent!r}: no such agent in run"
                     f" {fixture.source_run_id} (its agents: {_listed(list(agents))})"
                 )
             spec = agents[override.agent]
-            if isinstance(override, AgentInstructions):
+            if isinstance(override, OverrideInstructions):
                 agents[override.agent] = dataclasses.replace(
                     spec, instructions=override.instructions
                 )
-            elif isinstance(override, AgentModel):
+            elif isinstance(override, OverrideAgentModel):
                 agents[override.agent] = dataclasses.replace(spec, model=override.model)
             else:
                 for key, value in override.settings.items():
@@ -305,7 +307,7 @@ def plan_fork(fixture: Fixture, fork: Fork) -> ForkPlan:
                 agents[override.agent] = dataclasses.replace(
                     spec, model_settings={k: v for k, v in settings.items() if v is not None}
                 )
-        elif isinstance(override, GuardrailOutcome):
+        elif isinstance(override, OverrideGuardrail):
             matching = [g for g in guardrails if g.get("name") == override.name]
             if not matching:
                 names = [str(g.get("name")) for g in guardrails]
@@ -320,7 +322,7 @@ def plan_fork(fixture: Fixture, fork: Fork) -> ForkPlan:
                 )
             for guardrail in matching:
                 guardrail["triggered"] = override.triggered
-        elif isinstance(override, UserInput):
+        elif isinstance(override, OverrideInput):
             run_input = _with_input(fixture, override.input)
     for index, (text, error) in outcome.items():
         tool_calls[index] = dataclasses.replace(tool_calls[index], output=text, error=error)

@@ -145,7 +145,7 @@ class RecordedModel(Model):
             )
         return ModelResponse(output=items, usage=Usage(), response_id=None)
 
-    async def stream_response(  # type: ignore[override]
+    async def stream_response(
         self,
         system_instructions: str | None,
         input: Any,
