@@ -71,8 +71,9 @@ RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN), BeforeValidator(_run_id)]
 
 
 # --- a fork: where a replay goes live, and what it changes there ----------------------------
-STEP_PATTERN = r"^(?:(?:llm|turn):[1-9][0-9]{0,5}|[^:\s][^\s]{0,199})$"
-"""``llm:N`` (the N-th model call, from 1), ``turn:N``, or a tool call id (a handoff's too)."""
+STEP_PATTERN = r"^(?:(?:llm|turn):[1-9][0-9]{0,5}|[^\s:]{1,200})$"
+"""``llm:N`` (the N-th model call, from 1), ``turn:N``, or a tool call id (a handoff's too;
+one with a colon or a space cannot be a step)."""
 
 
 class _Override(BaseModel):

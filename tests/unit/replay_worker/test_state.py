@@ -47,7 +47,10 @@ def test_jobs_and_webhook_ids_survive_a_reopen(state_at: Path | str) -> None:
         assert state_at.stat().st_mode & 0o777 == 0o600
 
 
-FORK = {"step": "call_book_1", "overrides": [{"kind": "tool_output", "call_id": "c", "output": "x"}]}
+FORK = {
+    "step": "call_book_1",
+    "overrides": [{"kind": "tool_output", "call_id": "c", "output": "x"}],
+}
 
 
 def test_a_fork_job_keeps_its_fork_across_a_reopen_a_claim_and_the_cap(
