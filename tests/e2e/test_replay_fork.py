@@ -64,7 +64,6 @@ from tests.booking_agent import (
     build_agents,
     build_model,
     replay_script,
-    source_script,
     stub_outputs,
 )
 from tests.e2e.test_replay_matrix import Captures
@@ -492,12 +491,13 @@ def test_a_fork_that_cannot_be_made_is_a_422_naming_the_fault(stack: Stack, api:
     stack.model.script([])
     jobs_before = sum(httpx.get(stack.worker(api).url + "/healthz").json()["jobs"].values())
     for step, overrides, message in REFUSALS:
-        fork = {"step": step, "overrides": overrides}
-        answer = stack.post(api, {"run_id": source.run_id, "fork": fork})
+        answer = stack.post(
+            api, {"run_id": source.run_id, "fork": {"step": step, "overrides": overrides}}
+        )
         assert answer.status_code == 422, (step, overrides, answer.text)
         assert message.format(run=source.run_id) in answer.json()["error"], answer.json()
     # Shapes a fork cannot have are refused by the body's schema (400), naming the field.
-    for fork, field_name in [
+    shapes: list[tuple[dict[str, Any], str]] = [
         ({"step": "llm:0"}, "fork.step"),
         ({"step": "llm:1", "overrides": [{"kind": "tool_mood"}]}, "fork.overrides"),
         (
@@ -510,7 +510,8 @@ def test_a_fork_that_cannot_be_made_is_a_422_naming_the_fault(stack: Stack, api:
             },
             "fork.overrides",
         ),
-    ]:
+    ]
+    for fork, field_name in shapes:
         answer = stack.post(api, {"run_id": source.run_id, "fork": fork})
         assert answer.status_code == 400 and field_name in answer.json()["error"], answer.text
     unknown = stack.post(api, {"run_id": "f" * 32, "fork": {"step": "llm:1"}})
@@ -666,8 +667,12 @@ def test_a_fork_with_no_override_reproduces_its_source_up_to_the_step(
     expected = "STILL_FAILING" if fixture.source_failed else "UNCHANGED"
     for step in rng.sample(steps, 3):
         stack.model.script(turns)
-        model: Model = build_model(api, stack.model.base_url)
-        result = asyncio.run(run_fork(fixture, Fork(step=step), lambda name: model))
+        model = build_model(api, stack.model.base_url)
+
+        def model_for(name: str, model: Model = model) -> Model:
+            return model
+
+        result = asyncio.run(run_fork(fixture, Fork(step=step), model_for))
         shown = json.dumps({"step": step, "result": result.to_json()}, indent=1)
         assert result.fork is not None
         recorded = result.fork["recorded_model_calls"]
