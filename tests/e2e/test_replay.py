@@ -307,9 +307,9 @@ def test_fixture_from_a_stored_run_has_what_a_replay_needs(stack: Stack, api: st
         ("Refund Agent", "responses" if api == "responses" else "chat_completions", 2),
         ("Refund Agent", "responses" if api == "responses" else "chat_completions", 3),
     ]
-    handoff, refund, _ = (c.output or [] for c in fixture.model_calls)
+    handoff, refunding, _ = (c.output or [] for c in fixture.model_calls)
     assert [i["name"] for i in handoff] == ["transfer_to_refund_agent"]
-    assert [(i["call_id"], json.loads(i["arguments"])["amount"]) for i in refund] == [
+    assert [(i["call_id"], json.loads(i["arguments"])["amount"]) for i in refunding] == [
         ("call_refund_1", "12.OO")
     ]
     assert all((c.usage["output_tokens"] or 0) > 0 for c in fixture.model_calls)
