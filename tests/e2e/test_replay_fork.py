@@ -112,6 +112,7 @@ class Stack:
                 data_dir=self.root / f"worker-{api}",
                 evals_dir=self.root / "evals",
                 sweep_enabled=False,
+                run_wait_s=0.5,  # every run is stored before it is forked; an unknown one: 404
             )
             self.workers[api] = WorkerThread(settings).__enter__()
         return self.workers[api]
