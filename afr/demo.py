@@ -3,8 +3,9 @@
 Built so far: the seeded failing run (real ``Runner``, scripted model) -> the bridge ->
 OTLP/gRPC -> the collector (auth, redact, normalize, write-ahead log) -> embedded
 ClickHouse -> the read API -> a signed replay hook -> the replay worker (tools stubbed,
-cost bounded) -> verdict -> the replay run, linked to its source, back in the store ->
-a signed eval hook synthesizes the regression eval -> ``afr eval run`` against the fixing
+cost bounded) -> verdict -> the replay run, linked to its source, back in the store -> a
+fork at the failing tool call with a corrected output (the prefix from the capture) -> a
+signed eval hook synthesizes the regression eval -> ``afr eval run`` against the fixing
 model (green) and the original behaviour (red) -> a sweep over the evals directory. The
 run is printed as the span tree the API returns, with the red tool span marked; the
 Grafana timeline will show the same once the dashboards land.
@@ -124,6 +125,10 @@ def run_demo(data_dir: Path = DEMO_DATA_DIR) -> int:
     )
     print("   (with that afr up running and OPENAI_API_KEY set: a live model replays it)")
     print(
+        f"   .venv/bin/afr replay {run_id} --data-dir {data_dir} --from {FAILING_CALL}"
+        f" --output '{FAILING_CALL}={REFUND_STUB}'   (a fork: the calls before it from the capture)"
+    )
+    print(
         f"   .venv/bin/afr eval run {data_dir / 'evals'} --junit report.xml   (in CI: --shard I/N)"
     )
     print(f"   .venv/bin/afr sweep run --evals {data_dir / 'evals'} --data-dir {data_dir}")
@@ -177,6 +182,8 @@ def _replay(collector: Any, key: str, data_dir: Path, run_id: str, desk: RefundD
                 return 1
             if _show_replay(collector, key, job, desk) != 0:
                 return 1
+            if _fork(worker.url, secret, run_id) != 0:
+                return 1
             return _evals(worker.url, secret, settings, model.base_url, job["result"])
 
 
@@ -196,6 +203,30 @@ def _show_replay(collector: Any, key: str, job: dict[str, Any], desk: RefundDesk
         f"linked to source {replay['source_run_id']}"
     )
     _terminal_views(collector, key, replay["source_run_id"])
+    return 0
+
+
+FAILING_CALL = "call_refund_1"
+
+
+def _fork(worker_url: str, secret: str, run_id: str) -> int:
+    """What if the failing tool call had answered? A fork at it with a corrected output."""
+    print(f"   what if refund_order had answered? afr replay --from {FAILING_CALL} --output ...:")
+    fork = {
+        "step": FAILING_CALL,
+        "overrides": [{"kind": "tool_output", "call_id": FAILING_CALL, "output": REFUND_STUB}],
+    }
+    accepted = request_replay(worker_url, secret, run_id, fork=fork)
+    job = wait_for_job(worker_url, accepted["job_id"], 120)
+    if job["state"] != "succeeded":
+        print(f"   fork job failed: {job['error']}")
+        return 1
+    result, forked = job["result"], job["result"]["fork"]
+    print(
+        f"   fork verdict {result['verdict']}: {forked['recorded_model_calls']} model calls"
+        f" answered from the capture ($0), {forked['live_model_calls']} live"
+        f" (${job['cost_usd']:.6f}); replay run {result['replay_run_id']}"
+    )
     return 0
 
 

@@ -360,6 +360,17 @@ class ScriptedModelServer:
         with self._state.lock:
             return self._state.max_in_flight
 
+    def script(self, turns: list[ScriptedTurn], *, per_conversation: bool | None = None) -> None:
+        """Serves ``turns`` from now on, from their start, and forgets recorded requests: one
+        server (and the worker pointed at it) serves many scripts in turn."""
+        with self._state.lock:
+            self._state.turns = list(turns)
+            self._state.position = 0
+            if per_conversation is not None:
+                self._state.per_conversation = per_conversation
+            self._state.requests.clear()
+            self._state.max_in_flight = self._state.in_flight
+
     def clear(self) -> None:
         """Forgets recorded requests and the in-flight peak (the script position stays)."""
         with self._state.lock:

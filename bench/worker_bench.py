@@ -23,6 +23,12 @@ stub in its replay (the same three model calls). Two workers of one replay proce
 per run, take rounds in turn; the difference of their median overheads per job, over the
 extra stubs, is the overhead per stub. Target: < 100 ms per job.
 
+Fork overhead: one worker of one replay process takes, in turn, rounds of plain replays of
+the incident, of forks at ``llm:1`` with no override (the same three live model calls: what
+forking itself costs) and of forks at the failing tool call with a corrected output (two
+model calls answered from the capture, one live); the figures are medians over rounds, with
+how long the hook takes to answer each (a fork is checked against its run first).
+
 Last, the eval commands' start against a bare ``import agents`` (``bench.cli_start``), on an
 eval synthesized from one of the jobs' replays.
 """
@@ -207,9 +213,12 @@ class Worker:
         self.client = httpx.Client(timeout=30)
         self.posted = 0
 
-    def post(self, run_id: str) -> str:
+    def post(self, run_id: str, fork: dict[str, Any] | None = None) -> str:
         self.posted += 1
-        body = json.dumps({"run_id": run_id, "stubs": {"refund_order": STUB}}).encode()
+        payload: dict[str, Any] = {"run_id": run_id, "stubs": {"refund_order": STUB}}
+        if fork is not None:
+            payload["fork"] = fork
+        body = json.dumps(payload).encode()
         headers = signed_headers(self.secret, body, f"msg_bench_{self.posted}")
         response = self.client.post(self.url + "/hooks/replay", content=body, headers=headers)
         response.raise_for_status()
@@ -257,14 +266,23 @@ def _tree_cpu_s(root: int) -> float:
 
 
 def measure_round(
-    worker: Worker, model: ScriptedModelServer, run_id: str, jobs: int
+    worker: Worker,
+    model: ScriptedModelServer,
+    run_id: str,
+    jobs: int,
+    fork: dict[str, Any] | None = None,
 ) -> dict[str, float]:
     """Wall figures as the worker stamps its jobs, and the CPU its processes used per job
     (what the wall figures become on a machine that other work shares)."""
     model.clear()
     cpu_s = _tree_cpu_s(worker.process.pid)
     started = time.time()
-    job_ids = [worker.post(run_id) for _ in range(jobs)]
+    job_ids = []
+    post_s = []
+    for _ in range(jobs):
+        posted = time.monotonic()
+        job_ids.append(worker.post(run_id, fork))
+        post_s.append(time.monotonic() - posted)
     finished = worker.finish(job_ids)
     cpu_s = _tree_cpu_s(worker.process.pid) - cpu_s
     wall_s = max(job["finished_at"] for job in finished) - started
@@ -278,6 +296,8 @@ def measure_round(
         "overhead_ms_per_job": (statistics.mean(run_s) - model_s / jobs) * 1000,
         "worker_cpu_ms_per_job": cpu_s / jobs * 1000,
         "model_peak_in_flight": model.max_in_flight,
+        "model_requests_per_job": len(model.requests) / jobs,
+        "hook_ms_per_job": statistics.mean(post_s) * 1000,
     }
 
 
@@ -349,6 +369,46 @@ def bench_stubs(collector: Collector, one_stub_run_id: str) -> dict[str, float]:
     return figures
 
 
+FORK_ROUNDS = int(os.environ.get("AFR_BENCH_WORKER_FORK_ROUNDS", "5"))
+JOBS_PER_FORK_ROUND = 6
+FORKS: dict[str, dict[str, Any] | None] = {
+    "plain": None,
+    "fork_llm1": {"step": "llm:1"},
+    "fork_at_call": {
+        "step": "call_refund_1",
+        "overrides": [{"kind": "tool_output", "call_id": "call_refund_1", "output": STUB}],
+    },
+}
+
+
+def bench_fork(collector: Collector, run_id: str) -> dict[str, float]:
+    """Plain replays and forks of one run in alternating rounds, one replay process."""
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in FORKS}
+    with ScriptedModelServer(fixed_script(), per_conversation=True) as model:
+        worker = Worker(collector, model.base_url, 1, 1000)
+        try:
+            for fork in FORKS.values():  # warm: and each answers as expected
+                (job,) = worker.finish([worker.post(run_id, fork)])
+                assert job["result"]["verdict"] == "FAILURE_FIXED", job["result"]
+            for _ in range(FORK_ROUNDS):
+                for name, fork in FORKS.items():
+                    rows[name].append(
+                        measure_round(worker, model, run_id, JOBS_PER_FORK_ROUND, fork)
+                    )
+        finally:
+            worker.stop()
+    figures: dict[str, float] = {}
+    for name, measured in rows.items():
+        for key in ("job_run_s_mean", "overhead_ms_per_job", "worker_cpu_ms_per_job"):
+            figures[f"{name}_{key}"] = statistics.median(r[key] for r in measured)
+        for key in ("hook_ms_per_job", "model_requests_per_job"):
+            figures[f"{name}_{key}"] = statistics.median(r[key] for r in measured)
+    figures["fork_overhead_ms_per_job"] = (
+        figures["fork_llm1_overhead_ms_per_job"] - figures["plain_overhead_ms_per_job"]
+    )
+    return figures
+
+
 def main() -> dict[str, Any]:
     collector = start_collector()
     try:
@@ -361,6 +421,7 @@ def main() -> dict[str, Any]:
                 collector, model, run_id, 1, jobs_per_process=1, slow_round=False
             )
             stubs = bench_stubs(collector, run_id)
+            forks = bench_fork(collector, run_id)
             access = cli_start.CollectorAccess(
                 collector.http_url, f"http://127.0.0.1:{collector.grpc_port}", collector.key
             )
@@ -381,6 +442,8 @@ def main() -> dict[str, Any]:
     for key, value in fresh.items():
         figures[f"instant_model_fresh_process_per_job_{key}"] = value
     for key, value in stubs.items():
+        figures[f"instant_model_1_processes_{key}"] = value
+    for key, value in forks.items():
         figures[f"instant_model_1_processes_{key}"] = value
     for key, value in cli.items():
         figures[f"cli_{key}"] = value
@@ -423,6 +486,17 @@ def main() -> dict[str, Any]:
         f"worker CPU {stubs['worker_cpu_ms_per_job_1_stub']:.0f} and "
         f"{stubs[f'worker_cpu_ms_per_job_{many}_stubs']:.0f} ms/job: "
         f"{stubs['worker_cpu_ms_per_stub']:.1f} ms per stub"
+    )
+    print(
+        f"  forks (1 replay process, instant model, medians of {FORK_ROUNDS} rounds): a plain"
+        f" replay runs {forks['plain_job_run_s_mean'] * 1000:.0f} ms/job"
+        f" ({forks['plain_model_requests_per_job']:.0f} model calls), a fork at llm:1"
+        f" {forks['fork_llm1_job_run_s_mean'] * 1000:.0f} ms/job"
+        f" (fork overhead {forks['fork_overhead_ms_per_job']:+.0f} ms/job), a fork at the"
+        f" failing call {forks['fork_at_call_job_run_s_mean'] * 1000:.0f} ms/job"
+        f" ({forks['fork_at_call_model_requests_per_job']:.0f} live model call); the hook answers"
+        f" in {forks['plain_hook_ms_per_job']:.0f} ms (plain) and"
+        f" {forks['fork_at_call_hook_ms_per_job']:.0f} ms (fork: the run is checked first)"
     )
     for line in cli_start.lines(cli):
         print(line)

@@ -1,9 +1,12 @@
 """The replay worker's HTTP service: a signed hook starts a replay, a job URL reports it.
 
 ``POST /hooks/replay``  body ``{"run_id": "...", "model": "...", "stubs": {"tool": "output"},
-                        "policy": "exact" | "strict" | "lenient"}``
+                        "policy": "exact" | "strict" | "lenient", "fork": {"step": ...,
+                        "overrides": [...]}}``
                         Standard Webhooks signature; 202 ``{"job_id", "state", "status_url"}``;
-                        the same ``webhook-id`` again answers with the same job.
+                        the same ``webhook-id`` again answers with the same job. A fork is
+                        checked against the run first (replay/fork.py): 422 naming the step,
+                        override or capture at fault; 404 for a run the collector lacks.
 ``POST /hooks/evals``   body ``{"replay_run_id": "..."}``, signed the same way; synthesizes the
                         eval of a ``FAILURE_FIXED`` replay into the evals directory: 201
                         ``{"eval_id", "path", "eval"}``; 422 with the reason for any other
@@ -50,6 +53,7 @@ from replay_worker.client import CollectorClient, CollectorUnavailable, RunNotFo
 from replay_worker.hooks.models import (
     EvalHook,
     EvalWritten,
+    Fork,
     Health,
     Job,
     JobAccepted,
@@ -68,6 +72,7 @@ from replay_worker.hooks.status import (
     NoEval,
     NoEvalsDirectory,
     NotFound,
+    Unforkable,
     Unhealthy,
     Unsigned,
     error_response,
@@ -174,14 +179,48 @@ class ReplayWorker:
             raise Unsigned(f"invalid signature: {exc}") from None
         return webhook_id, body
 
+    async def _check_fork(self, run_id: str, fork: Fork) -> None:
+        """Raises ``Unforkable`` (or the collector client's errors) unless ``fork`` can be
+        made on the run: before it is queued, so no model call is made for a bad one."""
+        settings = self.settings
+        key = settings.collector_key.get_secret_value() if settings.collector_key else None
+        client = CollectorClient(settings.collector_url, key)
+        deadline = time.monotonic() + settings.run_wait_s
+        while True:  # a run is visible up to one batch interval after it was acknowledged
+            try:
+                run = await client.get_run(run_id)
+                break
+            except RunNotFound:
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.25)
+
+        def plan() -> None:
+            from replay_worker.replay.fixture import FixtureError, build_fixture
+            from replay_worker.replay.fork import plan_fork
+
+            try:
+                plan_fork(build_fixture(run), fork)
+            except FixtureError as exc:  # a ForkError too
+                raise Unforkable(f"cannot fork run {run_id}: {exc}") from None
+
+        await asyncio.to_thread(plan)
+
     async def hook(self, request: Request) -> Response:
         try:
             webhook_id, body = await self.signed_request(request)
             replay = _hook_body(ReplayHook, body, "replay")
-        except HookError as error:
+            if replay.fork is not None:
+                await self._check_fork(replay.run_id, replay.fork)
+        except (HookError, RunNotFound, CollectorUnavailable) as error:
             return error_response(error)
         job, _ = await self.jobs.submit(
-            webhook_id, replay.run_id, replay.model, dict(replay.stubs or {}), replay.policy
+            webhook_id,
+            replay.run_id,
+            replay.model,
+            dict(replay.stubs or {}),
+            replay.policy,
+            replay.fork.model_dump(mode="json") if replay.fork is not None else None,
         )
         accepted = JobAccepted(job_id=job.job_id, state=job.state, status_url=f"/jobs/{job.job_id}")
         return _answer(accepted, HTTPStatus.ACCEPTED)

@@ -31,6 +31,7 @@ from openai import AsyncOpenAI
 
 import afr_exporter
 from replay_worker.client import CollectorClient, CollectorUnavailable, RunNotFound
+from replay_worker.hooks.models import Fork
 from replay_worker.ledger import BudgetExceeded, DayBudget, JobLedger, LedgerModel
 from replay_worker.model_client import openai_model_factory
 from replay_worker.protocol import EXIT_PARENT_GONE, ChildConfig, JobSpec, Outcome
@@ -203,6 +204,7 @@ class ReplayProcess:
                 stub_outputs=spec.stubs,
                 policy=cast(MatchPolicy, spec.policy),
                 max_turns=settings.max_turns,
+                fork=Fork.model_validate(spec.fork) if spec.fork is not None else None,
             )
             return {
                 "state": "succeeded",

@@ -68,13 +68,23 @@ class JobRunner:
         model: str | None,
         stubs: dict[str, str],
         policy: str = "exact",
+        fork: dict[str, Any] | None = None,
     ) -> tuple[Job, bool]:
-        """The job for this webhook id: a new, queued one, or the one it already started."""
+        """The job for this webhook id: a new, queued one, or the one it already started.
+        ``fork``: a ``Fork`` as JSON (checked by the hook)."""
         job_id = "job_" + secrets.token_hex(8)
         job: Job
         created: bool
         job, created = await self._store_call(
-            self.store.submit, webhook_id, job_id, run_id, model, stubs, self._clock(), policy
+            self.store.submit,
+            webhook_id,
+            job_id,
+            run_id,
+            model,
+            stubs,
+            self._clock(),
+            policy,
+            fork,
         )
         if created:
             self._wake.set()
@@ -179,7 +189,7 @@ class JobRunner:
     async def _execute(self, job: Job) -> None:
         assert self.pool is not None
         try:
-            spec = JobSpec(job.job_id, job.run_id, job.model, job.stubs, job.policy)
+            spec = JobSpec(job.job_id, job.run_id, job.model, job.stubs, job.policy, job.fork)
             result = await self.pool.run(spec, self._settings.job_timeout_s)
             await self._record(job, result)
         except Exception:

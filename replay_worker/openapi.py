@@ -42,6 +42,7 @@ from replay_worker.hooks.status import (
     NoEval,
     NoEvalsDirectory,
     NotFound,
+    Unforkable,
     Unhealthy,
     Unsigned,
     body_of,
@@ -74,7 +75,8 @@ OPERATIONS: Final[dict[str, Operation]] = {
         "post",
         "Replay a stored run (a job)",
         (HTTPStatus.ACCEPTED, JobAccepted, "queued, or the job this webhook id already started"),
-        (*_SIGNED, StateStoreUnavailable),
+        # A fork is checked against its run before it is queued.
+        (*_SIGNED, RunNotFound, Unforkable, CollectorUnavailable, StateStoreUnavailable),
         body=ReplayHook,
     ),
     "/hooks/evals": Operation(

@@ -51,6 +51,8 @@ class JobSpec:
     model: str | None
     stubs: dict[str, str]
     policy: str = "exact"
+    fork: dict[str, Any] | None = None
+    """A ``Fork`` (hooks/models.py) as JSON: fork the run at its step with its overrides."""
 
 
 @dataclass(frozen=True)

@@ -53,9 +53,10 @@ POSTGRES_SCHEMES = ("postgresql", "postgres")
 SCHEMA_VERSION = 1
 """What a reader must understand: afr refuses a state of a higher version. Only a change
 older code would misread raises it; an added table does not."""
-SCHEMA_LEVEL = 2
+SCHEMA_LEVEL = 3
 """The tables there are, which older afr ignores: 2 added ``sweep_shards`` (a slot run as
-shards by ``afr eval run --shard --slot``). A PostgreSQL state below it gains the missing
+shards by ``afr eval run --shard --slot``), 3 ``job_forks`` (a replay job's fork: step and
+overrides; an older worker would run such a job as a plain replay). A PostgreSQL state below it gains the missing
 tables when opened; a SQLite file runs the schema's ``IF NOT EXISTS`` statements at every
 open."""
 
@@ -87,6 +88,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     requests      BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, created_at);
+CREATE TABLE IF NOT EXISTS job_forks (
+    job_id        {text} PRIMARY KEY,
+    fork          {text} NOT NULL
+);
 CREATE TABLE IF NOT EXISTS spend (
     day           {text} PRIMARY KEY,
     spent_nusd    BIGINT NOT NULL DEFAULT 0,

@@ -34,8 +34,10 @@ def request_replay(
     model: str | None = None,
     stubs: dict[str, str] | None = None,
     policy: str | None = None,
+    fork: dict[str, Any] | None = None,
     timeout_s: float = 10,
 ) -> dict[str, Any]:
+    """``fork``: the hook's ``fork`` object (``{"step", "overrides"}``)."""
     payload: dict[str, Any] = {"run_id": run_id}
     if model:
         payload["model"] = model
@@ -43,6 +45,8 @@ def request_replay(
         payload["stubs"] = stubs
     if policy:
         payload["policy"] = policy
+    if fork is not None:
+        payload["fork"] = fork
     body = json.dumps(payload).encode()
     headers = signed_headers(secret, body)
     response = httpx.post(
@@ -50,10 +54,19 @@ def request_replay(
     )
     if response.status_code != 202:
         raise RuntimeError(
-            f"the worker refused the replay: HTTP {response.status_code} {response.text}"
+            f"the worker refused the replay: HTTP {response.status_code} {_reason(response)}"
         )
     answer: dict[str, Any] = response.json()
     return answer
+
+
+def _reason(response: httpx.Response) -> str:
+    """The worker's ``error`` (what it names at fault), else the body as sent."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text
+    return str(body["error"]) if isinstance(body, dict) and "error" in body else response.text
 
 
 def wait_for_job(worker_url: str, job_id: str, timeout_s: float = 300) -> dict[str, Any]:

@@ -41,7 +41,8 @@ from pydantic import (
     model_validator,
 )
 
-from replay_worker.replay.fixture import FIXTURE_VERSION, Fixture, FixtureError
+from replay_worker.hooks.models import Fork
+from replay_worker.replay.fixture import FIXTURE_VERSIONS, Fixture, FixtureError
 
 __all__ = [
     "ASSERTION",
@@ -282,6 +283,18 @@ class ReplaySpec(_Strict):
     policy: Literal["exact", "strict", "lenient"] = "exact"
     model: str | None = None
     """The model the fixing replay used; ``afr eval run --model`` overrides it."""
+    fork: Fork | None = None
+    """The fixing replay was a fork: the eval forks the fixture at the same step with the
+    same overrides (its fixture must record the model calls: ``afr.fixture/3``)."""
+
+    @model_serializer(mode="wrap")
+    def _fork_when_forked(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No ``fork`` key for a whole replay: the content, and so the id, of an eval
+        written before forks existed stays what it was."""
+        data: dict[str, Any] = handler(self)
+        if self.fork is None:
+            data.pop("fork", None)
+        return data
 
 
 def _document_schema(schema: dict[str, Any]) -> None:
@@ -302,8 +315,8 @@ class EvalDocument(_Strict):
     @field_validator("fixture")
     @classmethod
     def _fixture(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if value.get("version") != FIXTURE_VERSION:
-            raise ValueError(f"fixture version must be {FIXTURE_VERSION}")
+        if value.get("version") not in FIXTURE_VERSIONS:
+            raise ValueError(f"fixture version must be one of {', '.join(FIXTURE_VERSIONS)}")
         try:
             Fixture.from_json(value)
         except (FixtureError, TypeError, KeyError, AttributeError) as exc:

@@ -56,6 +56,7 @@ from replay_worker.model_client import openai_model_factory
 from replay_worker.money import Clock
 from replay_worker.replay.engine import ReplayResult, run_replay
 from replay_worker.replay.fixture import AgentSpec, Fixture, FixtureError, recorded_agent
+from replay_worker.replay.fork import ForkError
 from replay_worker.settings import WorkerSettings
 from replay_worker.state import open_state_store
 
@@ -369,8 +370,11 @@ async def run_eval(
             trace_id=run_trace_id,
             metadata=metadata,
             on_result=on_result,
+            fork=document.replay.fork,
         )
         outcome.eval_run_id = run_trace_id.removeprefix("trace_")
+    except ForkError as exc:  # raised before the run starts: no run was made
+        outcome.error = f"the eval's fork cannot be replayed: {exc}"
     except BudgetExceeded as exc:
         outcome.eval_run_id = run_trace_id.removeprefix("trace_")
         outcome.error = f"budget exhausted: {exc}"

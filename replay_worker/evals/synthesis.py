@@ -5,8 +5,9 @@ failure fixed (docs/architecture.md, decision 8).
 summary, "spans": [...]}``) in, an ``afr.eval/v1`` document out; the same runs always give
 the same document and id. ``fetch_runs`` reads them (the collector client is passed in);
 ``observed_from_run`` shows a stored replay as assertions see it. The eval embeds the **source's** fixture and replays it the way the fixing replay
-did (its stub outputs, policy and model, from the replay root's ``afr.replay`` metadata), so
-it asks "does the model still fix this run?". What it asserts:
+did (its stub outputs, policy and model, from the replay root's ``afr.replay`` metadata; a
+fork's step and overrides too), so it asks "does the model still fix this run?". What it
+asserts:
 
 - the correction: for each failed source call that the replay made again differently, the
   corrected value at each JSON Pointer where the arguments differ (leaves only, RFC 6901
@@ -161,6 +162,18 @@ def changed_leaves(source: Any, replay: Any, pointer: str = "") -> Iterator[tupl
         yield pointer, replay
 
 
+def _model_calls(spans: list[dict[str, Any]]) -> int:
+    """The run's model calls: those sent (llm spans) and, in a fork, those answered from the
+    capture (a ``replay.recorded_model_call`` span each), as the eval's replay counts them."""
+    recorded = sum(
+        1
+        for s in spans
+        if s["name"] == sc.REPLAY_RECORDED_MODEL_CALL_SPAN
+        or (s.get("attributes") or {}).get(sc.AFR_CUSTOM_NAME) == sc.REPLAY_RECORDED_MODEL_CALL_SPAN
+    )
+    return recorded + sum(1 for s in spans if s["span_type"] == "llm")
+
+
 def _loop_bound(calls: int) -> int:
     return max(calls + 2, 2 * calls)
 
@@ -276,8 +289,7 @@ def _assertions(fixture: Fixture, replay_spans: list[dict[str, Any]]) -> list[An
         HandoffTaken(from_agent=source, to_agent=target)
         for source, target in dict.fromkeys(handoffs)
     ]
-    model_calls = sum(1 for s in replay_spans if s["span_type"] == "llm")
-    structure += [MaxTurns(turns=model_calls + TURN_SLACK), NoSpanErrored()]
+    structure += [MaxTurns(turns=_model_calls(replay_spans) + TURN_SLACK), NoSpanErrored()]
     return corrections + structure
 
 
@@ -384,7 +396,7 @@ def observed_from_run(run: dict[str, Any]) -> Observed:
     return Observed(
         tool_calls=calls,
         handoffs=handoffs,
-        turns=sum(1 for s in spans if s["span_type"] == "llm"),
+        turns=_model_calls(spans),
         guardrails=guardrails,
         run_error=next(  # the run's own failure: an errored span that is not a tool call
             (

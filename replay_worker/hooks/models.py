@@ -11,16 +11,26 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError, ValidationInfo
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 __all__ = [
     "Error",
     "EvalHook",
     "EvalRefused",
     "EvalWritten",
+    "Fork",
     "Health",
     "Job",
     "JobAccepted",
+    "Override",
     "PoolStats",
     "ReplayHook",
     "Sweep",
@@ -60,6 +70,119 @@ def _slot(value: object) -> object:
 RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN), BeforeValidator(_run_id)]
 
 
+# --- a fork: where a replay goes live, and what it changes there ----------------------------
+STEP_PATTERN = r"^(?:(?:llm|turn):[1-9][0-9]{0,5}|[^\s:]{1,200})$"
+"""``llm:N`` (the N-th model call, from 1), ``turn:N``, or a tool call id (a handoff's too;
+one with a colon or a space cannot be a step)."""
+
+
+class _Override(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OverrideToolOutput(_Override):
+    """The tool call answers with ``output``."""
+
+    kind: Literal["tool_output"]
+    call_id: str = Field(min_length=1, max_length=200)
+    output: str
+
+
+class OverrideToolError(_Override):
+    """The tool call fails; the model is shown ``error``."""
+
+    kind: Literal["tool_error"]
+    call_id: str = Field(min_length=1, max_length=200)
+    error: str
+
+
+class OverrideToolArguments(_Override):
+    """The model issued the tool call with these arguments (JSON text, checked against the
+    tool's captured schema)."""
+
+    kind: Literal["tool_arguments"]
+    call_id: str = Field(min_length=1, max_length=200)
+    arguments: str
+
+
+class OverrideInstructions(_Override):
+    kind: Literal["instructions"]
+    agent: str = Field(min_length=1)
+    instructions: str = Field(min_length=1)
+
+
+class OverrideAgentModel(_Override):
+    kind: Literal["agent_model"]
+    agent: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=200)
+
+
+class OverrideModelSettings(_Override):
+    """Model settings merged over the agent's (``temperature``, ``top_p``, ``max_tokens``...)."""
+
+    kind: Literal["model_settings"]
+    agent: str = Field(min_length=1)
+    settings: dict[str, str | int | float | bool | None] = Field(min_length=1)
+
+
+class OverrideGuardrail(_Override):
+    kind: Literal["guardrail"]
+    name: str = Field(min_length=1)
+    triggered: bool
+
+
+class OverrideInput(_Override):
+    """The run's user input (the last user message when the input is a list of items)."""
+
+    kind: Literal["input"]
+    input: str = Field(min_length=1)
+
+
+Override = Annotated[
+    OverrideToolOutput
+    | OverrideToolError
+    | OverrideToolArguments
+    | OverrideInstructions
+    | OverrideAgentModel
+    | OverrideModelSettings
+    | OverrideGuardrail
+    | OverrideInput,
+    Field(discriminator="kind"),
+]
+
+
+class Fork(BaseModel):
+    """Fork the run at ``step``: the model calls before it are answered from the capture
+    (no request, $0), the overrides apply at it, the model is live from it on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step: str = Field(pattern=STEP_PATTERN, description="llm:N, turn:N, or a tool call id")
+    overrides: list[Override] = Field(default_factory=list, max_length=100)
+
+    @field_validator("overrides")
+    @classmethod
+    def _once_each(cls, overrides: list[Any]) -> list[Any]:
+        seen: set[tuple[str, str]] = set()
+        for override in overrides:
+            # An output and an error for one call contradict each other: one outcome a call.
+            group = (
+                "tool outcome" if override.kind in ("tool_output", "tool_error") else override.kind
+            )
+            target = next(
+                (
+                    str(getattr(override, k))
+                    for k in ("call_id", "agent", "name")
+                    if hasattr(override, k)
+                ),
+                "",
+            )
+            if (group, target) in seen:
+                raise ValueError(f"fork.overrides: two {group} overrides for {target or 'the run'}")
+            seen.add((group, target))
+        return overrides
+
+
 # --- requests ------------------------------------------------------------------------------
 class ReplayHook(BaseModel):
     """``POST /hooks/replay``: replay a stored run."""
@@ -70,6 +193,9 @@ class ReplayHook(BaseModel):
         None, description="tool name -> output to answer with"
     )
     policy: Literal["exact", "strict", "lenient"] = "exact"
+    fork: Fork | None = Field(
+        None, description="fork the run at a step with overrides; default: replay it whole"
+    )
 
 
 class EvalHook(BaseModel):
@@ -137,6 +263,7 @@ class Job(BaseModel):
     cost_usd: float
     overrun_usd: float
     model_requests: int
+    fork: dict[str, Any] | None = Field(None, description="the fork asked for (step, overrides)")
 
 
 class EvalWritten(BaseModel):

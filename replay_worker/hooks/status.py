@@ -29,6 +29,7 @@ __all__ = [
     "NoEval",
     "NoEvalsDirectory",
     "NotFound",
+    "Unforkable",
     "Unhealthy",
     "Unsigned",
     "body_of",
@@ -69,6 +70,10 @@ class NoEval(HookError):
         self.verdict = verdict
 
 
+class Unforkable(HookError):
+    """The run cannot be forked as asked: the step, an override or the capture (named)."""
+
+
 class Unhealthy(HookError):
     """Jobs are not being run (the reason in ``error``)."""
 
@@ -81,6 +86,7 @@ STATUS_BY_ERROR: Final[Mapping[type[Exception], HTTPStatus]] = {
     NoEvalsDirectory: HTTPStatus.CONFLICT,
     BodyTooLarge: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
     NoEval: HTTPStatus.UNPROCESSABLE_ENTITY,
+    Unforkable: HTTPStatus.UNPROCESSABLE_ENTITY,
     CollectorUnavailable: HTTPStatus.SERVICE_UNAVAILABLE,
     StateStoreUnavailable: HTTPStatus.SERVICE_UNAVAILABLE,
     Unhealthy: HTTPStatus.SERVICE_UNAVAILABLE,

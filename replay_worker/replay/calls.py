@@ -14,9 +14,10 @@ from typing import Any
 
 __all__ = ["FAILED_OUTCOMES", "ToolInvocation", "canonical_arguments"]
 
-# Outcomes that fail the replayed call (as the original failed); "unavailable" makes the
-# verdict unknowable; "replay_stub_output" is a labelled stand-in.
-FAILED_OUTCOMES = frozenset({"captured_error", "invalid_arguments"})
+# Outcomes that fail the replayed call (as the original failed, or as a fork's override
+# says); "unavailable" makes the verdict unknowable; "replay_stub_output" is a labelled
+# stand-in; "override_output" is a fork's.
+FAILED_OUTCOMES = frozenset({"captured_error", "invalid_arguments", "override_error"})
 
 
 @dataclass
@@ -26,7 +27,7 @@ class ToolInvocation:
     step: int
     tool: str
     arguments: str
-    outcome: str  # captured_output | captured_error | invalid_arguments | replay_stub_output | unavailable
+    outcome: str  # captured_output | captured_error | invalid_arguments | replay_stub_output | unavailable | override_output | override_error
     captured_index: int | None = None
     output: str | None = None
 

@@ -6,6 +6,12 @@ their captured outcome) and run through the real ``Runner`` with the source's in
 ``max_turns``. The replay is its own trace, of kind ``replay``, under the source's workflow
 name, group id and trace metadata, linked to its source run (the exporter turns the trace
 metadata into ``afr.source_run_id`` and an OTel span link on the root).
+
+A **fork** (``fork=``, or ``run_fork``) is the same run with a plan from ``fork.py``: the
+overrides applied to the fixture, each agent's model behind a ``RecordedModel`` that answers
+the calls before the step from the capture, and the first divergence computed against the
+source's own calls. How it was forked goes into ``afr.replay`` with the rest (an eval
+synthesized from it forks the same way) and into the result (``fork``).
 """
 
 from __future__ import annotations
@@ -31,15 +37,18 @@ from agents.tracing import custom_span
 
 from afr_exporter import semconv as sc
 from afr_exporter.semconv import METADATA_DETERMINISTIC_IDS
+from replay_worker.hooks.models import Fork, OverrideAgentModel
 from replay_worker.ledger import BudgetExceeded
 from replay_worker.replay.calls import FAILED_OUTCOMES
 from replay_worker.replay.fixture import Fixture
+from replay_worker.replay.fork import ForkPlan, plan_fork
 from replay_worker.replay.output import CapturedOutputSchema
+from replay_worker.replay.recorded import RecordedModel, Tape
 from replay_worker.replay.result import ReplayResult
 from replay_worker.replay.stubs import MatchPolicy, StubRegistry
 from replay_worker.replay.verdict import first_divergence, judge, verdict_evaluation
 
-__all__ = ["ReplayResult", "run_replay"]
+__all__ = ["ReplayResult", "run_fork", "run_replay"]
 
 ModelFactory = Callable[[str], Model]
 
@@ -72,8 +81,16 @@ def _agents(
     model_for: ModelFactory,
     model_override: str | None,
     guardrails_ran: list[dict[str, Any]],
+    fork: ForkPlan | None = None,
+    tape: Tape | None = None,
 ) -> dict[str, Agent[Any]]:
     agents: dict[str, Agent[Any]] = {}
+    # A fork's agent_model override beats the request's model, which beats the capture's.
+    agent_models = {
+        o.agent: o.model
+        for o in (fork.request.overrides if fork else [])
+        if isinstance(o, OverrideAgentModel)
+    }
     for name, spec in fixture.agents.items():
         settings = ModelSettings(
             store=False, **{k: v for k, v in spec.model_settings.items() if v is not None}
@@ -84,10 +101,11 @@ def _agents(
             if g.get("agent") == name
         ]
         output = spec.output
+        model = model_for(agent_models.get(name) or model_override or spec.model or "gpt-4.1-mini")
         agents[name] = Agent(
             name=name,
             instructions=spec.instructions,
-            model=model_for(model_override or spec.model or "gpt-4.1-mini"),
+            model=RecordedModel(tape, name, model) if tape is not None else model,
             model_settings=settings,
             tools=[registry.tool(definition) for definition in spec.tools],
             input_guardrails=guardrails,
@@ -117,27 +135,41 @@ async def run_replay(
     metadata: dict[str, Any] | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_result: Callable[[ReplayResult], Mapping[str, Any] | None] | None = None,
+    fork: Fork | None = None,
 ) -> ReplayResult:
     """``max_turns``: used when the source's own bound was not captured. An eval runs the
     same engine with ``run_kind="eval"``, its own (derived) ``trace_id`` and ``metadata``
     (``afr.linked_runs`` links more runs than the source). ``on_result`` is called with the
     result while the run's trace is still open: what it returns is added to the trace
-    metadata, and spans it opens belong to the run (an eval checks its assertions there)."""
+    metadata, and spans it opens belong to the run (an eval checks its assertions there).
+    ``fork``: go live at its step with its overrides; raises ``ForkError`` (before any
+    model call) when the fork cannot be made on this fixture."""
+    plan = plan_fork(fixture, fork) if fork is not None else None
+    source_calls = fixture.tool_calls
+    if plan is not None:
+        fixture = plan.fixture
     registry = StubRegistry(
-        fixture.tool_calls, policy, {**fixture.stub_outputs, **(stub_outputs or {})}
+        fixture.tool_calls,
+        policy,
+        {**fixture.stub_outputs, **(stub_outputs or {})},
+        overridden=plan.overridden if plan is not None else frozenset(),
     )
     guardrails_ran: list[dict[str, Any]] = []
-    agents = _agents(fixture, registry, model_for, model_override, guardrails_ran)
+    tape = Tape(plan.recorded) if plan is not None else None
+    agents = _agents(fixture, registry, model_for, model_override, guardrails_ran, plan, tape)
     observer = _Observer()
     replay_trace_id = trace_id or gen_trace_id()
     stubs = {**fixture.stub_outputs, **(stub_outputs or {})}
+    # How it was replayed, so an eval synthesized from it replays the same way.
+    how: dict[str, Any] = {"policy": policy, "stub_outputs": stubs, "model": model_override}
+    if fork is not None:
+        how["fork"] = fork.model_dump(mode="json")
     metadata = {
         **fixture.trace_metadata,
         **(metadata or {}),
         sc.METADATA_RUN_KIND: run_kind,
         sc.METADATA_SOURCE_RUN_ID: fixture.source_run_id,
-        # How it was replayed, so an eval synthesized from it replays the same way.
-        sc.METADATA_REPLAY: {"policy": policy, "stub_outputs": stubs, "model": model_override},
+        sc.METADATA_REPLAY: how,
     }
     if trace_id is not None:  # a caller-chosen run id: running it again rewrites the same spans
         metadata[METADATA_DETERMINISTIC_IDS] = True
@@ -181,18 +213,22 @@ async def run_replay(
                 {t for spec in fixture.agents.values() for t in spec.handoffs} - set(fixture.agents)
             ),
             approximate=registry.approximate,
+            prefix_diverged=tape.diverged if tape is not None else None,
         )
-        divergence = first_divergence(fixture.tool_calls, registry.invocations)
-        with custom_span(
-            sc.REPLAY_VERDICT_SPAN,
-            data={
-                "verdict": decided.value,
-                "reason": decided.reason,
-                "approximate": decided.approximate,
-                "first_divergence": divergence,
-                "error": error,
-            },
-        ):
+        divergence = first_divergence(source_calls, registry.invocations)
+        forked: dict[str, Any] | None = None
+        if plan is not None and tape is not None:
+            forked = {**plan.to_json(), "live_model_calls": observer.turns - tape.position}
+        data: dict[str, Any] = {
+            "verdict": decided.value,
+            "reason": decided.reason,
+            "approximate": decided.approximate,
+            "first_divergence": divergence,
+            "error": error,
+        }
+        if forked is not None:
+            data["fork"] = forked
+        with custom_span(sc.REPLAY_VERDICT_SPAN, data=data):
             pass
         result = ReplayResult(
             replay_run_id=replay_trace_id.removeprefix("trace_"),
@@ -211,6 +247,7 @@ async def run_replay(
             guardrails=guardrails_ran,
             final_output_json=final_json,
             duration_s=clock() - started,
+            fork=forked,
         )
         extra = on_result(result) if on_result is not None else None
         trace_metadata = getattr(current, "metadata", None)
@@ -224,6 +261,19 @@ async def run_replay(
             ]
             trace_metadata.update(extra)
     return result
+
+
+async def run_fork(
+    fixture: Fixture,
+    fork: Fork,
+    model_for: ModelFactory,
+    **options: Any,
+) -> ReplayResult:
+    """Fork ``fixture`` at ``fork.step`` with its overrides, the model live from there on
+    (``model_for``): the replay's result with its verdict, first divergence and ``fork``.
+    Raises ``ForkError`` before any model call when the fork cannot be made. ``options``
+    are ``run_replay``'s (``model_override``, ``stub_outputs``, ``policy``...)."""
+    return await run_replay(fixture, model_for, fork=fork, **options)
 
 
 def _as_json(value: Any) -> Any:

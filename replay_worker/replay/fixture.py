@@ -1,9 +1,9 @@
 """A replay fixture: everything needed to re-run a captured run, as a plain JSON document.
 
 Built from the run as the collector's read API returns it (normalized spans). Versioned
-(``afr.fixture/2``) because evals embed fixtures and outlive code versions::
+(``afr.fixture/3``) because evals embed fixtures and outlive code versions::
 
-    {"version": "afr.fixture/2", "source_run_id": ..., "source_status": "error",
+    {"version": "afr.fixture/3", "source_run_id": ..., "source_status": "error",
      "workflow": ..., "group_id": ..., "trace_metadata": {...},
      "input": "..." | [input items], "max_turns": 10 | null, "entry_agent": "Triage Agent",
      "agents": {"<name>": {"instructions", "model", "model_settings", "tools": [{name,
@@ -12,7 +12,18 @@ Built from the run as the collector's read API returns it (normalized spans). Ve
      "tool_calls": [{"tool", "call_id", "arguments", "output", "error", "lossy", "agent"}],
      "guardrails": [{"name", "agent", "triggered"}],
      "source_errors": [{"span_type", "error_type"}],
-     "stub_outputs": {"<tool>": "<output>"}}
+     "stub_outputs": {"<tool>": "<output>"},
+     "model_calls": [{"agent", "api", "output": [SDK output items] | null, "error", "usage":
+                      {"input_tokens", "output_tokens"}, "turn", "lossy"}] | null}
+
+``model_calls`` (version 3) are the run's model calls in order, each with what the model
+answered as the SDK's output items (Responses API shape, whichever API the call used): an
+assistant ``message`` with its ``output_text`` (a structured output is its JSON text), and
+``function_call`` items with ``call_id``, ``name`` and ``arguments`` (handoffs are
+``transfer_to_*`` calls). A fork answers the calls before its step from them
+(``fork.py``). ``output`` is ``null`` when the span kept no content the fork can read.
+Version 2 fixtures (embedded in older evals) still load, with ``model_calls`` ``null``: they
+replay, but cannot be forked.
 
 Each captured call keeps its **outcome**: ``output`` is what the model was shown — the
 tool's result, or the error text when the call failed (then ``error`` names the failure) —
@@ -35,15 +46,19 @@ from afr_exporter import semconv as sc
 
 __all__ = [
     "FIXTURE_VERSION",
+    "FIXTURE_VERSIONS",
     "AgentSpec",
     "CapturedCall",
     "Fixture",
     "FixtureError",
+    "ModelCall",
     "build_fixture",
     "recorded_agent",
 ]
 
-FIXTURE_VERSION = "afr.fixture/2"
+FIXTURE_VERSION = "afr.fixture/3"
+FIXTURE_VERSIONS = ("afr.fixture/2", FIXTURE_VERSION)
+"""What loads: version 2 is version 3 without ``model_calls``."""
 _HANDOFF_PREFIX = "transfer_to_"
 # Settings a replay passes on (ModelSettings fields with plain values); the worker sets
 # store=False and bounds max_tokens itself.
@@ -101,6 +116,23 @@ class CapturedCall:
 
 
 @dataclass
+class ModelCall:
+    """One model call of the source run, in order (``llm:N`` is the N-th, from 1)."""
+
+    agent: str | None
+    api: str | None
+    """``responses`` or ``chat_completions`` (``afr.model.api``), when the span says."""
+    output: list[dict[str, Any]] | None
+    """What the model answered, as SDK output items; None: not captured in a usable form."""
+    error: str | None = None
+    usage: dict[str, int | None] = field(default_factory=dict)
+    turn: int | None = None
+    """The run's turn (its turn span, from 1) the call was made in, when there are spans."""
+    lossy: bool = False
+    """The output was truncated or redacted at capture."""
+
+
+@dataclass
 class Fixture:
     source_run_id: str
     source_status: str
@@ -115,18 +147,28 @@ class Fixture:
     group_id: str | None = None
     trace_metadata: dict[str, Any] = field(default_factory=dict)
     stub_outputs: dict[str, str] = field(default_factory=dict)
+    model_calls: list[ModelCall] | None = None
+    """None: not recorded (a version 2 fixture)."""
     version: str = FIXTURE_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        document = asdict(self)
+        if self.version != FIXTURE_VERSION:  # an older fixture keeps its own shape
+            document.pop("model_calls", None)
+        return document
 
     @classmethod
     def from_json(cls, document: dict[str, Any]) -> Fixture:
-        if document.get("version") != FIXTURE_VERSION:
-            raise FixtureError(f"unsupported fixture version {document.get('version')!r}")
+        version = document.get("version")
+        if version not in FIXTURE_VERSIONS:
+            raise FixtureError(f"unsupported fixture version {version!r}")
         fields = dict(document)
+        if version != FIXTURE_VERSION and "model_calls" in fields:
+            raise FixtureError(f"a {version} fixture has no model_calls")
         fields["agents"] = {name: AgentSpec(**spec) for name, spec in document["agents"].items()}
         fields["tool_calls"] = [CapturedCall(**call) for call in document["tool_calls"]]
+        if fields.get("model_calls") is not None:
+            fields["model_calls"] = [ModelCall(**call) for call in document["model_calls"]]
         return cls(**fields)
 
     @property
@@ -313,6 +355,154 @@ def _run_input(spans: list[dict[str, Any]]) -> str | list[Any] | None:
     return None
 
 
+def _text_item(text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def _call_item(call_id: Any, name: Any, arguments: Any) -> dict[str, Any] | None:
+    if not call_id or not name:
+        return None
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments if arguments is not None else {})
+    return {
+        "type": "function_call",
+        "call_id": str(call_id),
+        "name": str(name),
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+def _parts_items(messages: list[Any]) -> list[dict[str, Any]] | None:
+    """GenAI output messages (``gen_ai.output.messages``: parts of type text / tool_call):
+    each message's text first, then its calls, as the SDK's items come."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("parts"), list):
+            return None
+        texts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for part in message["parts"]:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text":
+                texts.append(str(part.get("content") or ""))
+            elif kind == "tool_call":
+                item = _call_item(part.get("id"), part.get("name"), part.get("arguments"))
+                if item is None:
+                    return None
+                calls.append(item)
+            elif kind != "reasoning":  # a reasoning summary is not needed to answer again
+                return None
+        items += ([_text_item("".join(texts))] if texts else []) + calls
+    return items
+
+
+def _chat_items(message: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A Chat Completions assistant message (``content``, ``tool_calls``)."""
+    items: list[dict[str, Any]] = []
+    if isinstance(message.get("content"), str) and message["content"]:
+        items.append(_text_item(message["content"]))
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            return None
+        item = _call_item(call.get("id"), function.get("name"), function.get("arguments"))
+        if item is None:
+            return None
+        items.append(item)
+    return items
+
+
+def _response_items(output: list[Any]) -> list[dict[str, Any]] | None:
+    """Responses API output items, as a ``Response`` holds them."""
+    items: list[dict[str, Any]] = []
+    for item in output:
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "message":
+            texts = [
+                str(c.get("text") or "")
+                for c in item.get("content") or []
+                if isinstance(c, dict) and c.get("type") == "output_text"
+            ]
+            items.append(_text_item("".join(texts)))
+        elif kind == "function_call":
+            call = _call_item(item.get("call_id"), item.get("name"), item.get("arguments"))
+            if call is None:
+                return None
+            items.append(call)
+        elif kind != "reasoning":
+            return None
+    return items
+
+
+def _output_items(span: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """What a model call answered, as SDK output items, from whichever form the span kept:
+    GenAI output messages (afr's exporter and the GenAI dialects), a whole ``Response``, a
+    list of Responses output items, a Chat Completions message or completion. None when the
+    span kept none of these (no content captured)."""
+    parsed = _json(span.get("output")) or _json(span["attributes"].get(sc.GEN_AI_OUTPUT_MESSAGES))
+    if isinstance(parsed, dict):
+        if parsed.get("object") == "response" and isinstance(parsed.get("output"), list):
+            return _response_items(parsed["output"])
+        choices = parsed.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+            return _chat_items(message) if isinstance(message, dict) else None
+        if parsed.get("role") == "assistant":
+            return _chat_items(parsed)
+        return None
+    if not isinstance(parsed, list) or not parsed:
+        return None
+    if all(isinstance(m, dict) and "parts" in m for m in parsed):
+        return _parts_items(parsed)
+    if all(isinstance(i, dict) and "type" in i for i in parsed):
+        return _response_items(parsed)
+    if len(parsed) == 1 and isinstance(parsed[0], dict) and parsed[0].get("role") == "assistant":
+        return _chat_items(parsed[0])
+    return None
+
+
+def _model_calls(spans: list[dict[str, Any]], by_id: dict[str, dict[str, Any]]) -> list[ModelCall]:
+    turns = {
+        s["span_id"]: n
+        for n, s in enumerate((s for s in spans if s["span_type"] == "turn"), start=1)
+    }
+
+    def turn_of(span: dict[str, Any]) -> int | None:
+        current = by_id.get(span["parent_span_id"])
+        while current is not None:
+            if current["span_id"] in turns:
+                return turns[current["span_id"]]
+            current = by_id.get(current["parent_span_id"])
+        return None
+
+    calls = []
+    for span in spans:
+        if span["span_type"] != "llm":
+            continue
+        failed = span["status"]["code"] == "Error"
+        calls.append(
+            ModelCall(
+                agent=_owner_agent(span, by_id),
+                api=span["attributes"].get(sc.AFR_MODEL_API),
+                output=None if failed else _output_items(span),
+                error=(span.get("error_type") or "error") if failed else None,
+                usage={
+                    "input_tokens": span.get("input_tokens"),
+                    "output_tokens": span.get("output_tokens"),
+                },
+                turn=turn_of(span),
+                lossy=bool(span.get("truncated")) or bool(span.get("redactions")),
+            )
+        )
+    return calls
+
+
 def _snake(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
@@ -476,4 +666,5 @@ def build_fixture(run: dict[str, Any]) -> Fixture:
         max_turns=max_turns if isinstance(max_turns, int) else None,
         group_id=workflow_attributes.get(sc.GEN_AI_CONVERSATION_ID) or None,
         trace_metadata={k: v for k, v in (metadata or {}).items() if not str(k).startswith("afr.")},
+        model_calls=_model_calls(spans, by_id),
     )

@@ -30,6 +30,8 @@ class ReplayResult:
     guardrails: list[dict[str, Any]] = field(default_factory=list)
     final_output_json: Any = None
     duration_s: float = 0.0
+    fork: dict[str, Any] | None = None
+    """A fork's step, overrides and how many model calls were recorded and live."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,4 +50,5 @@ class ReplayResult:
             "turns": self.turns,
             "guardrails": self.guardrails,
             "duration_s": round(self.duration_s, 3),
+            **({"fork": self.fork} if self.fork is not None else {}),
         }

@@ -13,6 +13,9 @@ JSON schema. An invocation is answered from what was captured:
   otherwise the model is told the output is unavailable and the verdict can only be
   ``INCONCLUSIVE``.
 
+A fork's ``tool_output`` / ``tool_error`` override sets a captured call's outcome: a call
+matching it gets ``override_output`` / ``override_error`` (which fails the call).
+
 Matching policies: ``exact`` (default: the first unused captured call with the same tool
 and arguments, wherever it was), ``strict`` (the next captured call overall must be this
 one), ``lenient`` (the next unused captured call of the same tool, whatever its arguments:
@@ -55,6 +58,8 @@ class StubRegistry:
     stub_outputs: dict[str, str] = field(default_factory=dict)
     used: set[int] = field(default_factory=set)
     invocations: list[ToolInvocation] = field(default_factory=list)
+    overridden: frozenset[int] = frozenset()
+    """Indices of the calls whose outcome a fork's override set."""
 
     @property
     def failed(self) -> bool:
@@ -120,7 +125,8 @@ class StubRegistry:
         if captured is not None and captured.output is not None:
             self.used.add(index)  # type: ignore[arg-type]
             output = captured.output
-            outcome = "captured_error" if captured.error else "captured_output"
+            origin = "override" if index in self.overridden else "captured"
+            outcome = f"{origin}_error" if captured.error else f"{origin}_output"
             error = captured.error
         # Strictness inferred from the schema: exact for SDK schemas, whatever the capture said.
         elif (reason := argument_validator(schema)(arguments)) is not None:

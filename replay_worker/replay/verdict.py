@@ -77,9 +77,16 @@ def judge(
     unreplayable_source_errors: list[str],
     unknown_agents: list[str] | None = None,
     approximate: bool = False,
+    prefix_diverged: str | None = None,
 ) -> Verdict:
     """The verdict and why. ``replay_failures``: what failed in the replay (tool calls that
-    failed, the run's error); ``unavailable_tools``: calls answered "unavailable"."""
+    failed, the run's error); ``unavailable_tools``: calls answered "unavailable";
+    ``prefix_diverged``: how a fork left the source's path where it answers from the
+    capture (its outcome is then unknown)."""
+    if prefix_diverged is not None:
+        return Verdict(
+            "INCONCLUSIVE", f"the fork's recorded prefix diverged: {prefix_diverged}", approximate
+        )
     if unavailable_tools:
         return Verdict(
             "INCONCLUSIVE",

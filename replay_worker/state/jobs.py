@@ -41,6 +41,8 @@ class Job:
     overrun_usd: float = 0.0
     model_requests: int = 0
     policy: str = "exact"
+    fork: dict[str, Any] | None = None
+    """A fork's step and overrides (hooks/models.py ``Fork``), in ``job_forks``."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,7 @@ class Job:
             "run_id": self.run_id,
             "model": self.model,
             "policy": self.policy,
+            "fork": self.fork,
             "state": self.state,
             "attempts": self.attempts,
             "created_at": self.created_at,
@@ -63,13 +66,14 @@ class Job:
 
 _SELECT_JOB = (
     "SELECT job_id, run_id, model, stubs, state, created_at, attempts, started_at, finished_at,"
-    " result, error, cost_nusd, overrun_nusd, requests, policy FROM jobs"
+    " result, error, cost_nusd, overrun_nusd, requests, policy,"
+    " (SELECT fork FROM job_forks WHERE job_forks.job_id = jobs.job_id) FROM jobs"
 )
 
 
 def _job(row: tuple[Any, ...]) -> Job:
     (job_id, run_id, model, stubs, state, created, attempts, started, finished) = row[:9]
-    result, error, cost, overrun, requests, policy = row[9:]
+    result, error, cost, overrun, requests, policy, fork = row[9:]
     return Job(
         job_id=job_id,
         run_id=run_id,
@@ -86,6 +90,7 @@ def _job(row: tuple[Any, ...]) -> Job:
         cost_usd=usd(cost),
         overrun_usd=usd(overrun),
         model_requests=requests,
+        fork=json.loads(fork) if fork is not None else None,
     )
 
 
@@ -107,10 +112,11 @@ class JobsStore(StoreBase):
         stubs: dict[str, str],
         now: float,
         policy: str = "exact",
+        fork: dict[str, Any] | None = None,
     ) -> tuple[Job, bool]:
         """The job of this webhook id: the one it already started (``False``), or a new,
         queued one (``True``). Finished jobs beyond the cap are forgotten, oldest first, with
-        their webhook ids; queued and running ones never are."""
+        their webhook ids (and forks); queued and running ones never are."""
 
         def body(tx: Tx) -> tuple[Job, bool]:
             row = tx.one(_SELECT_JOB + " WHERE webhook_id = ?", (webhook_id,))
@@ -124,12 +130,19 @@ class JobsStore(StoreBase):
                     " WHERE state IN ('succeeded', 'failed') ORDER BY finished_at LIMIT ?)",
                     (excess,),
                 )
+                tx.run("DELETE FROM job_forks WHERE job_id NOT IN (SELECT job_id FROM jobs)")
             tx.run(
                 "INSERT INTO jobs (job_id, webhook_id, run_id, model, stubs, policy, state,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
                 (job_id, webhook_id, run_id, model, json.dumps(stubs), policy, now),
             )
-            return Job(job_id, run_id, model, dict(stubs), "queued", now, policy=policy), True
+            if fork is not None:
+                tx.run(
+                    "INSERT INTO job_forks (job_id, fork) VALUES (?, ?)",
+                    (job_id, json.dumps(fork)),
+                )
+            job = Job(job_id, run_id, model, dict(stubs), "queued", now, policy=policy, fork=fork)
+            return job, True
 
         return self._transact(body)
 

@@ -26,6 +26,7 @@ def test_demo_walks_the_seeded_failing_run(
     assert "'amount': {'source': '12.OO', 'replay': 12.0}" in out
     assert "refunds actually made, still: 0" in out
     assert "kind replay, status ok, linked to source" in out
+    assert "fork verdict FAILURE_FIXED: 2 model calls answered from the capture ($0), 1 live" in out
     assert (tmp_path / "demo" / "local-project.key").stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "demo" / "webhook.secret").stat().st_mode & 0o777 == 0o600
 

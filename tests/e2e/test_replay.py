@@ -300,8 +300,21 @@ def test_fixture_from_a_stored_run_has_what_a_replay_needs(stack: Stack, api: st
     assert fixture.guardrails == [
         {"name": "abuse_screen", "agent": "Triage Agent", "triggered": False}
     ]
+    # The model calls in order, as the SDK's output items, whichever API made them.
+    assert fixture.model_calls is not None
+    assert [(c.agent, c.api, c.turn) for c in fixture.model_calls] == [
+        ("Triage Agent", "responses" if api == "responses" else "chat_completions", 1),
+        ("Refund Agent", "responses" if api == "responses" else "chat_completions", 2),
+        ("Refund Agent", "responses" if api == "responses" else "chat_completions", 3),
+    ]
+    handoff, refunding, _ = (c.output or [] for c in fixture.model_calls)
+    assert [i["name"] for i in handoff] == ["transfer_to_refund_agent"]
+    assert [(i["call_id"], json.loads(i["arguments"])["amount"]) for i in refunding] == [
+        ("call_refund_1", "12.OO")
+    ]
+    assert all((c.usage["output_tokens"] or 0) > 0 for c in fixture.model_calls)
     document = json.loads(json.dumps(fixture.to_json()))
-    assert document["version"] == "afr.fixture/2"
+    assert document["version"] == "afr.fixture/3"
     assert Fixture.from_json(document) == fixture
 
 

@@ -98,6 +98,9 @@ AFR_CUSTOM_DATA: Final = "afr.custom.data"
 REPLAY_VERDICT_SPAN: Final = "replay.verdict"
 """The custom span a replay (or eval) run records its verdict on: its data holds the verdict,
 the reason and the first divergence from the source run's tool calls."""
+REPLAY_RECORDED_MODEL_CALL_SPAN: Final = "replay.recorded_model_call"
+"""The custom span a fork records for each model call it answered from the capture (no
+request was sent): its data holds the call's number (``model_call``, from 1) and agent."""
 AFR_MCP_SERVER: Final = "afr.mcp.server"
 AFR_MCP_TOOLS: Final = "afr.mcp.tools"
 AFR_MCP_DATA: Final = "afr.mcp.data"

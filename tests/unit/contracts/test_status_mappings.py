@@ -260,6 +260,11 @@ WORKER_CASES: dict[type[Exception], list[WorkerCase]] = {
     ],
     collector_client.RunNotFound: [
         lambda c, w: _post(c, "/hooks/evals", {"replay_run_id": MISSING}),
+        lambda c, w: _post(c, "/hooks/replay", {"run_id": MISSING, "fork": {"step": "llm:1"}}),
+    ],
+    # A fork is checked against its run before it is queued: this one has no agent span.
+    status.Unforkable: [
+        lambda c, w: _post(c, "/hooks/replay", {"run_id": CAPTURE, "fork": {"step": "llm:1"}}),
     ],
     status.NoEvalsDirectory: [lambda c, w: _post(c, "/hooks/sweeps", {})],
     status.BodyTooLarge: [
@@ -268,6 +273,7 @@ WORKER_CASES: dict[type[Exception], list[WorkerCase]] = {
     status.NoEval: [lambda c, w: _post(c, "/hooks/evals", {"replay_run_id": CAPTURE})],
     collector_client.CollectorUnavailable: [
         lambda c, w: _post(c, "/hooks/evals", {"replay_run_id": BROKEN}),
+        lambda c, w: _post(c, "/hooks/replay", {"run_id": BROKEN, "fork": {"step": "llm:1"}}),
     ],
     status.Unhealthy: [_unhealthy],
 }

@@ -241,7 +241,7 @@ def _delete(path: tuple[Any, ...]) -> Callable[[dict[str, Any]], None]:
         ),
         bad(
             "/fixture",
-            "fixture version must be afr.fixture/2",
+            "fixture version must be one of afr.fixture/2, afr.fixture/3",
             _set(("fixture", "version"), "afr.fixture/1"),
         ),
         bad("/fixture", "not a replay fixture", _delete(("fixture", "agents"))),

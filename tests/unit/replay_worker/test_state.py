@@ -47,6 +47,33 @@ def test_jobs_and_webhook_ids_survive_a_reopen(state_at: Path | str) -> None:
         assert state_at.stat().st_mode & 0o777 == 0o600
 
 
+FORK = {
+    "step": "call_book_1",
+    "overrides": [{"kind": "tool_output", "call_id": "c", "output": "x"}],
+}
+
+
+def test_a_fork_job_keeps_its_fork_across_a_reopen_a_claim_and_the_cap(
+    state_at: Path | str,
+) -> None:
+    first = store(state_at, max_jobs_kept=2)
+    first.submit("msg_f", "job_f", "a" * 32, None, {}, T0, "exact", FORK)
+    first.submit("msg_p", "job_p", "b" * 32, None, {}, T0 + 1)
+    first.close()
+    again = store(state_at, max_jobs_kept=2)
+    claimed = again.claim(ME, T0 + 2, lease_s=30)
+    assert claimed is not None and (claimed.job_id, claimed.fork) == ("job_f", FORK)
+    plain = again.get("job_p")
+    assert plain is not None and plain.fork is None
+    again.finish("job_f", ME, "succeeded", {"verdict": "UNCHANGED"}, None, T0 + 3)
+    finished = again.get("job_f")
+    assert finished is not None and finished.to_json()["fork"] == FORK
+    again.submit("msg_3", "job_3", "c" * 32, None, {}, T0 + 4)  # over the cap: job_f goes
+    assert again.get("job_f") is None
+    (count,) = again._engine.read("SELECT count(*) FROM job_forks")[0]
+    assert count == 0, "its fork went with it"
+
+
 def test_two_stores_on_one_file_share_jobs_and_claim_each_job_once(state_at: Path | str) -> None:
     left, right = store(state_at), store(state_at)
     left.submit("msg_1", "job_1", "a" * 32, None, {"t": "raw output"}, T0)

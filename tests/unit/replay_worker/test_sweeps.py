@@ -309,7 +309,7 @@ def test_a_state_of_the_previous_release_gains_the_shards_table_and_stays_readab
         with psycopg.connect(state_at, autocommit=True) as conn:
             conn.execute("DROP TABLE sweep_shards")
             conn.execute("DELETE FROM afr_state_meta WHERE key = 'schema_level'")  # as 0.1.0
-        expected = [("schema_level", 2), ("schema_version", 1)]
+        expected = [("schema_level", 3), ("schema_version", 1)]
     upgraded = StateStore(state_at)
     _, done = shard(upgraded, "sweep_u", "s", (1, 1), [("e", "passed", "r", {})], T0, T0)
     assert done == 1
