@@ -235,6 +235,7 @@ class Collector:
         return Starlette(
             routes=[
                 Route("/v1/traces", otlp.handle, methods=["POST"]),
+                Route("/v1/logs", otlp.handle_logs, methods=["POST"]),
                 Route("/api/v1/runs", runs.list_runs, methods=["GET"]),
                 # Before /{run_id}, which would take "diff" for a (malformed) run id.
                 Route("/api/v1/runs/diff", runs.diff_runs, methods=["GET"]),
