@@ -270,7 +270,7 @@ def test_an_unexpected_error_is_logged_without_its_content(
 ) -> None:
     content = "span content: card 4111 1111 1111 1111 in a message"
 
-    async def explode(raw: bytes, as_json: bool, project_id: str) -> Any:
+    async def explode(raw: bytes, as_json: bool, project_id: str, *, logs: bool = False) -> Any:
         raise RuntimeError(content)
 
     running.collector.pipeline.ingest_bytes = explode  # type: ignore[method-assign]
