@@ -243,6 +243,9 @@ def bisect_failure(
             break
         step = (low + high) // 2
         answer = probe(step, repeats)
+        if not answer.votes and answer.stopped is not None:  # no replay made: no probe
+            stopped = answer.stopped
+            break
         made += len(answer.votes)
         decision, agreed = decide(answer.votes, repeats)
         probes.append(Probe(step, answer.votes, decision, agreed, repeats))

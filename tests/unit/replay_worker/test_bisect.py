@@ -138,7 +138,7 @@ def test_a_probe_that_reports_a_spent_budget_ends_it() -> None:
         return Votes((), stopped="the worker's day budget is spent ($0.01 of $0.01)")
 
     result = bisect_failure(40, probe)
-    assert [p.step for p in result.probes] == [20, 30]
+    assert [p.step for p in result.probes] == [20], "no replay made at llm:30: no probe"
     assert result.undecided_range == (21, 40)
     assert result.stopped == "the worker's day budget is spent ($0.01 of $0.01)"
     # A decided probe after which nothing more can be made still counts.
@@ -172,5 +172,5 @@ def test_bad_arguments_are_refused() -> None:
         ({"steps": 3, "max_replays": 0}, "max_replays"),
     ):
         with pytest.raises(ValueError, match=message):
-            bisect_failure(probe=probes, **kwargs)  # type: ignore[arg-type]
+            bisect_failure(probe=probes, **kwargs)
     assert probes.asked == []
