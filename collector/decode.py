@@ -23,7 +23,18 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from collector.errors import InvalidRequest
 from collector.model import SpanRecord
 
-__all__ = ["DecodeResult", "decode_json", "decode_protobuf", "to_records", "value_to_str"]
+__all__ = [
+    "MAX_TIME_NS",
+    "MIN_TIME_NS",
+    "DecodeResult",
+    "attributes_of",
+    "decode_json",
+    "decode_protobuf",
+    "hex_ids_to_base64",
+    "load_json_document",
+    "to_records",
+    "value_to_str",
+]
 
 _SPAN_KINDS = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
 _STATUS_CODES = ("Unset", "Ok", "Error")
@@ -66,7 +77,9 @@ def _hex_ids_to_base64(node: Any) -> None:
 _PARSE_FIELD = re.compile(r"Failed to parse (\w+) field")
 
 
-def decode_json(raw: bytes) -> ExportTraceServiceRequest:
+def load_json_document(raw: bytes) -> dict[str, Any]:
+    """An OTLP/JSON body as a JSON object; every fault an InvalidRequest that never quotes
+    the content (traces and logs alike)."""
     try:
         document = json.loads(raw)
     except UnicodeDecodeError as exc:
@@ -81,6 +94,11 @@ def decode_json(raw: bytes) -> ExportTraceServiceRequest:
         raise InvalidRequest("body is not OTLP/JSON: nested too deeply") from None
     if not isinstance(document, dict):
         raise InvalidRequest("body is not an OTLP/JSON object")
+    return document
+
+
+def decode_json(raw: bytes) -> ExportTraceServiceRequest:
+    document = load_json_document(raw)
     try:
         _hex_ids_to_base64(document)
     except RecursionError:
@@ -214,6 +232,12 @@ def _bad_ids(span: Any, earliest_ns: int, latest_ns: int) -> str | None:
     if len(parent) not in (0, 8):
         return "parent_span_id must be empty or 8 bytes"
     return None
+
+
+attributes_of = _attributes
+"""OTLP KeyValues as the ``Map(..., String)`` columns hold them (logs too)."""
+hex_ids_to_base64 = _hex_ids_to_base64
+"""OTLP/JSON's hex ``traceId``/``spanId`` rewritten for protobuf's JSON parser (logs too)."""
 
 
 def _clamp(stamp: int, fallback: int) -> int:

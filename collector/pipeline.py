@@ -26,6 +26,7 @@ from typing import Any
 
 from collector.decode import decode_json, decode_protobuf, to_records
 from collector.errors import StoreUnavailable
+from collector.logs import ProcessedLogs, process_logs_request
 from collector.model import SpanRecord, encode_rows
 from collector.store.wal import Batch, WriteAheadLog
 
@@ -74,6 +75,8 @@ class PipelineStats:
     requests: int = 0
     spans_accepted: int = 0
     spans_rejected: int = 0
+    log_records_accepted: int = 0
+    log_records_rejected: int = 0
     redactions: int = 0
     failed_closed: int = 0
     truncated_spans: int = 0
@@ -173,6 +176,12 @@ def _work(
     return process_request(_worker_processors, raw, as_json, project_id, now_ns, window_ns)
 
 
+def _work_logs(
+    raw: bytes, as_json: bool, project_id: str, now_ns: int, window_ns: tuple[int, int] | None
+) -> ProcessedLogs:
+    return process_logs_request(_worker_processors, raw, as_json, project_id, now_ns, window_ns)
+
+
 def _ready() -> bool:
     return True
 
@@ -250,9 +259,12 @@ class Pipeline:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
-    async def ingest_bytes(self, raw: bytes, as_json: bool, project_id: str) -> IngestResult:
+    async def ingest_bytes(
+        self, raw: bytes, as_json: bool, project_id: str, *, logs: bool = False
+    ) -> IngestResult:
         """Durable on return. Raises InvalidRequest, or StoreUnavailable when the data cannot
-        be made durable."""
+        be made durable. ``logs``: the body is an ExportLogsServiceRequest (its counts are
+        of log records)."""
         self.stats.requests += 1
         # The memory limiter (as the OTel Collector's): bytes of requests being decoded and
         # processed are bounded; beyond, refuse at once with a retryable status rather than
@@ -271,19 +283,32 @@ class Pipeline:
         self._inflight += size
         self.inflight_peak = max(self.inflight_peak, self._inflight)
         try:
+            if logs:
+                return await self._ingest_logs(raw, as_json, project_id)
             return await self._ingest(raw, as_json, project_id)
         finally:
             self._inflight -= size
 
-    async def _ingest(self, raw: bytes, as_json: bool, project_id: str) -> IngestResult:
+    async def _process(
+        self, raw: bytes, as_json: bool, project_id: str, *, logs: bool
+    ) -> ProcessedRequest | ProcessedLogs:
         now_ns = self._clock_ns()
-        processed: Any
+        processed: ProcessedRequest | ProcessedLogs
+        inline: Callable[..., ProcessedRequest | ProcessedLogs] = (
+            process_logs_request if logs else process_request
+        )
         if self._pool is not None:
             loop = asyncio.get_running_loop()
             pool = self._pool
             try:
                 processed = await loop.run_in_executor(
-                    pool, _work, raw, as_json, project_id, now_ns, self._window_ns
+                    pool,
+                    _work_logs if logs else _work,
+                    raw,
+                    as_json,
+                    project_id,
+                    now_ns,
+                    self._window_ns,
                 )
             except BrokenProcessPool:
                 await asyncio.to_thread(self._replace_pool, pool)
@@ -292,7 +317,7 @@ class Pipeline:
                 ) from None
         elif len(raw) >= _OFFLOAD_BYTES:
             processed = await asyncio.to_thread(
-                process_request,
+                inline,
                 self._processors,
                 raw,
                 as_json,
@@ -301,9 +326,22 @@ class Pipeline:
                 self._window_ns,
             )
         else:
-            processed = process_request(
-                self._processors, raw, as_json, project_id, now_ns, self._window_ns
-            )
+            processed = inline(self._processors, raw, as_json, project_id, now_ns, self._window_ns)
+        return processed
+
+    async def _ingest_logs(self, raw: bytes, as_json: bool, project_id: str) -> IngestResult:
+        processed = await self._process(raw, as_json, project_id, logs=True)
+        if processed.rows:
+            await self._wal.append(Batch(processed.payload, processed.rows))
+        self.stats.log_records_accepted += processed.rows
+        self.stats.log_records_rejected += processed.rejected
+        self.stats.redactions += processed.redactions
+        self.stats.failed_closed += processed.failed_closed
+        return IngestResult(processed.rows, processed.rejected, processed.error_message)
+
+    async def _ingest(self, raw: bytes, as_json: bool, project_id: str) -> IngestResult:
+        processed = await self._process(raw, as_json, project_id, logs=False)
+        assert isinstance(processed, ProcessedRequest)
         if processed.rows:
             started = time.perf_counter_ns()
             await self._wal.append(Batch(processed.payload, processed.rows))

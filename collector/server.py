@@ -181,16 +181,18 @@ class Collector:
         return []
 
     def http_app(self) -> Starlette:
+        failure_reader = FailureReader(
+            self.store, query_timeout_s=self.settings.api_query_timeout_s
+        )
         runs = RunsApi(
             self.reader,
             self.auth,
             max_runs=self.settings.api_max_runs,
             default_lookback_s=self.settings.api_default_lookback_s,
+            failures=failure_reader,
+            failure_window_s=(self.settings.ttl_days or 30) * 86_400,
         )
-        failures = FailuresApi(
-            FailureReader(self.store, query_timeout_s=self.settings.api_query_timeout_s),
-            self.auth,
-        )
+        failures = FailuresApi(failure_reader, self.auth)
         otlp = OtlpHttpHandler(self.pipeline, self.auth, self.settings.max_request_bytes)
 
         async def openapi(request: Request) -> Response:
@@ -233,6 +235,7 @@ class Collector:
         return Starlette(
             routes=[
                 Route("/v1/traces", otlp.handle, methods=["POST"]),
+                Route("/v1/logs", otlp.handle_logs, methods=["POST"]),
                 Route("/api/v1/runs", runs.list_runs, methods=["GET"]),
                 # Before /{run_id}, which would take "diff" for a (malformed) run id.
                 Route("/api/v1/runs/diff", runs.diff_runs, methods=["GET"]),

@@ -2,8 +2,11 @@
 
 ``POST /hooks/replay``  body ``{"run_id": "...", "model": "...", "stubs": {"tool": "output"},
                         "policy": "exact" | "strict" | "lenient", "fork": {"step": ...,
-                        "overrides": [...]}}``
-                        Standard Webhooks signature; 202 ``{"job_id", "state", "status_url"}``;
+                        "overrides": [...]}}``; ``"signature": "..."`` instead of
+                        ``run_id`` replays the newest production run that failed with it
+                        (404 when none in 30 days, 503 when the collector cannot say).
+                        Standard Webhooks signature; 202 ``{"job_id", "run_id", "state",
+                        "status_url"}``;
                         the same ``webhook-id`` again answers with the same job. A fork is
                         checked against the run first (replay/fork.py): 422 naming the step,
                         override or capture at fault; 404 for a run the collector lacks.
@@ -86,12 +89,15 @@ from replay_worker.schedule import parse_schedule
 from replay_worker.scheduler import ProcessSweepExecutor, SweepScheduler
 from replay_worker.settings import WorkerSettings
 from replay_worker.state import StateStoreUnavailable
+from replay_worker.state.jobs import Job as QueuedJob
 
 __all__ = ["ReplayWorker", "WorkerThread"]
 
 logger = logging.getLogger("afr.worker")
 
 _MAX_HOOK_BYTES = 1024 * 1024
+SIGNATURE_WINDOW_S = 30 * 86_400
+"""A hook's signature replays the newest production run of this window that failed with it."""
 
 
 def _json_body(body: bytes) -> Any:
@@ -183,8 +189,7 @@ class ReplayWorker:
         """Raises ``Unforkable`` (or the collector client's errors) unless ``fork`` can be
         made on the run: before it is queued, so no model call is made for a bad one."""
         settings = self.settings
-        key = settings.collector_key.get_secret_value() if settings.collector_key else None
-        client = CollectorClient(settings.collector_url, key)
+        client = self._collector()
         deadline = time.monotonic() + settings.run_wait_s
         while True:  # a run is visible up to one batch interval after it was acknowledged
             try:
@@ -206,24 +211,54 @@ class ReplayWorker:
 
         await asyncio.to_thread(plan)
 
+    async def _run_of(self, webhook_id: str, replay: ReplayHook) -> str | QueuedJob:
+        """The run a hook replays: its ``run_id``, or its signature's newest production run
+        (``RunNotFound`` when none, ``CollectorUnavailable``). A re-delivered hook answers
+        with the job it started, whatever run is newest now."""
+        if replay.run_id is not None:
+            return replay.run_id
+        started = await self.jobs.by_webhook(webhook_id)
+        if started is not None:
+            return started
+        assert replay.signature is not None  # the model holds one of the two
+        return await self._collector().newest_run_with(
+            replay.signature, window_s=SIGNATURE_WINDOW_S
+        )
+
+    def _collector(self) -> CollectorClient:
+        settings = self.settings
+        key = settings.collector_key.get_secret_value() if settings.collector_key else None
+        return CollectorClient(settings.collector_url, key)
+
     async def hook(self, request: Request) -> Response:
         try:
             webhook_id, body = await self.signed_request(request)
             replay = _hook_body(ReplayHook, body, "replay")
-            if replay.fork is not None:
-                await self._check_fork(replay.run_id, replay.fork)
+            run = await self._run_of(webhook_id, replay)
+            if isinstance(run, str) and replay.fork is not None:
+                await self._check_fork(run, replay.fork)
         except (HookError, RunNotFound, CollectorUnavailable) as error:
             return error_response(error)
-        job, _ = await self.jobs.submit(
+        if isinstance(run, str):
+            job, _ = await self._submit(webhook_id, run, replay)
+        else:
+            job = run
+        accepted = JobAccepted(
+            job_id=job.job_id, run_id=job.run_id, state=job.state, status_url=f"/jobs/{job.job_id}"
+        )
+        return _answer(accepted, HTTPStatus.ACCEPTED)
+
+    async def _submit(
+        self, webhook_id: str, run_id: str, replay: ReplayHook
+    ) -> tuple[QueuedJob, bool]:
+        return await self.jobs.submit(
             webhook_id,
-            replay.run_id,
+            run_id,
             replay.model,
             dict(replay.stubs or {}),
             replay.policy,
             replay.fork.model_dump(mode="json") if replay.fork is not None else None,
         )
-        accepted = JobAccepted(job_id=job.job_id, state=job.state, status_url=f"/jobs/{job.job_id}")
-        return _answer(accepted, HTTPStatus.ACCEPTED)
 
     async def eval_hook(self, request: Request) -> Response:
         try:

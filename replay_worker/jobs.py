@@ -94,6 +94,10 @@ class JobRunner:
         job: Job | None = await self._store_call(self.store.get, job_id)
         return job
 
+    async def by_webhook(self, webhook_id: str) -> Job | None:
+        job: Job | None = await self._store_call(self.store.by_webhook, webhook_id)
+        return job
+
     async def wait(self, job_id: str, timeout_s: float) -> Job | None:
         """The job once finished (or as it is when ``timeout_s`` of real time has passed)."""
         loop = asyncio.get_running_loop()

@@ -29,16 +29,18 @@ def signed_headers(secret: str, body: bytes, webhook_id: str | None = None) -> d
 def request_replay(
     worker_url: str,
     secret: str,
-    run_id: str,
+    run_id: str | None,
     *,
+    signature: str | None = None,
     model: str | None = None,
     stubs: dict[str, str] | None = None,
     policy: str | None = None,
     fork: dict[str, Any] | None = None,
     timeout_s: float = 10,
 ) -> dict[str, Any]:
-    """``fork``: the hook's ``fork`` object (``{"step", "overrides"}``)."""
-    payload: dict[str, Any] = {"run_id": run_id}
+    """``fork``: the hook's ``fork`` object (``{"step", "overrides"}``); ``signature``
+    instead of ``run_id``: the newest production run that failed with it."""
+    payload: dict[str, Any] = {"run_id": run_id} if run_id else {"signature": signature}
     if model:
         payload["model"] = model
     if stubs:

@@ -30,7 +30,13 @@ def add_replay_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     replay = commands.add_parser(
         "replay", help="replay a run through the worker and print the verdict"
     )
-    replay.add_argument("run_id")
+    replay.add_argument("run_id", nargs="?", help="the run to replay (or --signature)")
+    replay.add_argument(
+        "--signature",
+        metavar="SIG",
+        help="replay the newest production run that failed with this failure signature"
+        " (afr failures list)",
+    )
     replay.add_argument("--worker", default="http://127.0.0.1:8787")
     replay.add_argument("--model", help="model to replay against (default: the run's)")
     replay.add_argument(
@@ -142,6 +148,9 @@ def _replay(args: argparse.Namespace) -> int:
             )
             return 2
         secret = path.read_text().strip()
+    if (args.run_id is None) == (args.signature is None):
+        print("afr replay: give one of a run id and --signature", file=sys.stderr)
+        return 2
     stubs = dict(item.split("=", 1) for item in args.stub)
     try:
         overrides = fork_overrides(args)
@@ -157,6 +166,7 @@ def _replay(args: argparse.Namespace) -> int:
             args.worker,
             secret,
             args.run_id,
+            signature=args.signature,
             model=args.model,
             stubs=stubs,
             policy=args.policy,
@@ -165,6 +175,10 @@ def _replay(args: argparse.Namespace) -> int:
     except Exception as exc:
         print(f"afr replay: {exc}", file=sys.stderr)
         return 1
+    if args.signature is not None:
+        print(
+            f"replaying run {accepted['run_id']}, the newest with {args.signature}", file=sys.stderr
+        )
     job = wait_for_job(args.worker, accepted["job_id"], args.timeout_s)
     print(json.dumps(job, indent=2))
     if job["state"] != "succeeded":

@@ -15,7 +15,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from afr.runs.cli import print_lines, resolve_key
 from afr.runs.client import API_URL_ENV, DEFAULT_API_URL, RunsApiError, RunsClient
-from afr.runs.terminal import BOLD, DIM, GREEN, RED, YELLOW, Terminal, terminal_for
+from afr.runs.render import FAILURE_STATUS_CODES
+from afr.runs.terminal import BOLD, DIM, RED, YELLOW, Terminal, terminal_for
 from afr.runs.text import clean
 from afr.runs.times import NS_PER_S, api_time, parse_time
 from afr.runs.widths import pad, wrap
@@ -25,12 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["render_failure", "render_failure_row", "run_failures"]
 
-_STATUS_CODES: dict[str, tuple[str, ...]] = {
-    "recurring": (BOLD, RED),
-    "open": (RED,),
-    "fixed": (YELLOW,),
-    "guarded": (GREEN,),
-}
+_STATUS_CODES = FAILURE_STATUS_CODES
 _STATUS_WIDTH = 9
 
 

@@ -20,10 +20,12 @@ from afr.runs.widths import pad, wrap
 
 __all__ = [
     "BODY_PREVIEW_LINES",
+    "FAILURE_STATUS_CODES",
     "format_duration",
     "render_failing_span",
     "render_linked",
     "render_run",
+    "render_run_failure",
     "render_run_row",
     "render_tree",
 ]
@@ -338,6 +340,77 @@ def render_linked(
     return lines
 
 
+FAILURE_STATUS_CODES: dict[str, tuple[str, ...]] = {
+    "recurring": (BOLD, RED),
+    "open": (RED,),
+    "fixed": (YELLOW,),
+    "guarded": (GREEN,),
+}
+"""Colours of a failure cluster's status (``afr failures`` too)."""
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
+
+
+def render_run_failure(failure: Mapping[str, Any], term: Terminal) -> list[str]:
+    """A failing run among the production runs that failed the same way (the read API's
+    ``failure``): seen N times since ...; fixed by ...; guarded by ...; recurring, in red."""
+    status = clean(str(failure.get("status", "?")))
+    signature = clean(str(failure.get("signature", "")))
+    when = "%m-%d %H:%M"
+    head = [
+        ("failure ", (BOLD,)),
+        (status, FAILURE_STATUS_CODES.get(status, (YELLOW,))),
+        (f"  {signature}", (DIM,)),
+    ]
+    title = wrap(clean(str(failure.get("title", ""))), max(1, term.width - 2))
+    lines = ["", _line(term, head), *(term.fit("  " + line) for line in title)]
+    lines.append(
+        term.fit(
+            f"  seen {_times(int(failure.get('runs', 0)))} since "
+            f"{_time(int(failure.get('since_ns', 0)), term, when)}{term.dot}first "
+            f"{_time(int(failure.get('first_seen_ns', 0)), term, when)}{term.dot}last "
+            f"{_time(int(failure.get('last_seen_ns', 0)), term, when)}"
+        )
+    )
+    fixed_by = failure.get("fixed_by")
+    if fixed_by:
+        lines.append(term.fit(f"  fixed by replay {clean(str(fixed_by))}"))
+    else:
+        lines.append(
+            term.paint(
+                term.fit(f"  not fixed yet: afr replay --signature {signature} replays the newest"),
+                YELLOW,
+            )
+        )
+    guard = failure.get("guard")
+    if guard:
+        outcome = clean(str(guard.get("last_outcome") or "?"))
+        lines.append(
+            term.fit(
+                f"  guarded by eval {clean(str(guard.get('eval_name', '')))}{term.dot}last "
+                f"{outcome} (run {clean(str(guard.get('last_run_id', '')))})"
+            )
+        )
+    elif fixed_by:
+        lines.append(term.fit("  not guarded: afr eval synthesize on the fixing replay"))
+    if status == "recurring":
+        since = failure.get("recurring_since_ns") or 0
+        lines.append(
+            term.paint(
+                term.fit(
+                    f"  recurring: {int(failure.get('runs_since_guard', 0))} run(s) since the "
+                    f"eval first ran ({_time(int(since), term, when)}), and it passes"
+                ),
+                BOLD,
+                RED,
+            )
+        )
+    lines.append(term.fit(f"  more: afr failures show {signature}"))
+    return lines
+
+
 def render_run(
     body: Mapping[str, Any],
     term: Terminal,
@@ -358,6 +431,9 @@ def render_run(
         failing = next((s for s in spans if _is_error(s)), None)
     if failing is not None:
         lines += render_failing_span(failing, term, full=full)
+    failure = body.get("failure")
+    if isinstance(failure, Mapping):
+        lines += render_run_failure(failure, term)
     # A capture's replays and evals; other kinds rarely have runs of their own.
     if linked is not None and (linked or summary.get("kind") == "capture"):
         run_id = clean(str(summary.get("run_id", "")))

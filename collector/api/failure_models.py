@@ -4,16 +4,14 @@ one screen; the OpenAPI document is generated from both."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from collector.api.models import TimeParam
+from collector.api.models import FailureStatus, Guard, TimeParam
 from collector.store.failures import FAILURE_STATUSES, decode_failure_cursor
 
 __all__ = ["FailureCluster", "FailureDetail", "FailureList", "FailureQuery", "Guard"]
-
-FailureStatus = Literal["recurring", "open", "fixed", "guarded"]
 
 
 def _status(value: object) -> object:
@@ -62,17 +60,6 @@ class FailureQuery(BaseModel):
 class DayCount(BaseModel):
     day: str = Field(description="UTC date, YYYY-MM-DD")
     runs: int
-
-
-class Guard(BaseModel):
-    """An eval synthesized from a fixing replay of one of the cluster's runs."""
-
-    eval_name: str
-    eval_runs: int = Field(description="its runs (afr eval run, sweeps)")
-    first_run_ns: int
-    last_run_ns: int
-    last_run_id: str
-    last_outcome: str | None = Field(description="passed, failed, errored or inconclusive")
 
 
 class FailureCluster(BaseModel):

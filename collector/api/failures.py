@@ -20,6 +20,7 @@ from collector.api.failure_models import (
     FailureQuery,
 )
 from collector.api.models import dump
+from collector.api.runs import api_ns as _ns
 from collector.api.runs import bad_query
 from collector.api.status import ApiError, BadParameter, FailureNotFound, error_response
 from collector.auth import Authenticator
@@ -84,10 +85,3 @@ class FailuresApi:
         except (ApiError, Unauthenticated) as error:
             return error_response(error)
         return JSONResponse(dump(FailureDetail(failure=FailureCluster.model_validate(cluster))))
-
-
-def _ns(value: float | None, default_ns: int) -> int:
-    """Unix seconds, or nanoseconds when above 1e12 (as the run list takes them)."""
-    if value is None:
-        return default_ns
-    return int(value) if value > 1e12 else int(value * _NS)

@@ -29,10 +29,13 @@ __all__ = [
     "DiffQuery",
     "Divergence",
     "Error",
+    "FailureStatus",
+    "Guard",
     "OtlpTrace",
     "Run",
     "RunDetail",
     "RunDiff",
+    "RunFailure",
     "RunList",
     "RunQuery",
     "Span",
@@ -40,6 +43,7 @@ __all__ = [
 ]
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_WHOLE = re.compile(r"^[+-]?[0-9]{1,20}$")
 
 
 def _run_kind(value: str) -> str:
@@ -61,11 +65,18 @@ class Error(BaseModel):
 
 
 # --- GET /api/v1/runs ---------------------------------------------------------------------
-def _time(value: object, info: ValidationInfo) -> float | None:
+def _time(value: object, info: ValidationInfo) -> int | float | None:
     """Unix seconds (float) or nanoseconds (> 1e12); empty is the default. Errors never
-    quote the value."""
+    quote the value. Whole numbers stay exact: a nanosecond time through a float would move
+    by up to 256 ns and miss the run that starts at it."""
     if value is None or value == "":
         return None
+    text = str(value).strip()
+    if _WHOLE.match(text):
+        whole = int(text)
+        if abs(whole) > 2**63:
+            raise ValueError(f"{info.field_name} must be unix seconds or nanoseconds")
+        return whole
     try:
         number = float(str(value))
         if not math.isfinite(number) or abs(number) > 2**63:
@@ -110,7 +121,7 @@ def _cursor(value: object) -> str | None:
     return text
 
 
-TimeParam = Annotated[float | None, BeforeValidator(_time)]
+TimeParam = Annotated[int | float | None, BeforeValidator(_time)]
 
 
 class RunQuery(BaseModel):
@@ -161,6 +172,11 @@ class Run(BaseModel):
     verdict: str | None = Field(description="a replay's or eval's verdict")
     eval_name: str | None
     sweep_id: str | None
+    signature: str | None = Field(
+        None,
+        description="a failing run's failure signature (16 hex digits): its cluster is "
+        "/api/v1/failures/{signature}",
+    )
 
 
 class RunList(BaseModel):
@@ -229,8 +245,47 @@ class Span(BaseModel):
     truncated: bool
 
 
+FailureStatus = Literal["recurring", "open", "fixed", "guarded"]
+
+
+class Guard(BaseModel):
+    """An eval synthesized from a fixing replay of one of the cluster's runs."""
+
+    eval_name: str
+    eval_runs: int = Field(description="its runs (afr eval run, sweeps)")
+    first_run_ns: int
+    last_run_ns: int
+    last_run_id: str
+    last_outcome: str | None = Field(description="passed, failed, errored or inconclusive")
+
+
+class RunFailure(BaseModel):
+    """A failing run among the production runs that failed the same way (its cluster,
+    ``/api/v1/failures/{signature}``): seen N times since ...; fixed by ...; guarded by ..."""
+
+    signature: str = Field(description="16 hex digits")
+    title: str = Field(description="subject: shape of the cause, after the agent path")
+    status: FailureStatus
+    runs: int = Field(description="production runs with this signature since since_ns")
+    since_ns: int = Field(
+        description="the window looked at: AFR_TTL_DAYS or 30 days, or the run's start when older"
+    )
+    first_seen_ns: int
+    last_seen_ns: int
+    sample_run_ids: list[str] = Field(description="up to 5, newest first")
+    fixed_by: str | None = Field(description="the first replay that reached FAILURE_FIXED")
+    guard: Guard | None = Field(description="the eval guarding it (the recurring one first)")
+    recurring_since_ns: int | None = Field(
+        description="recurring: the guarding eval's first run, after which runs still failed"
+    )
+    runs_since_guard: int = Field(description="recurring: runs after the eval's first run")
+
+
 class RunDetail(BaseModel):
     run: Run
+    failure: RunFailure | None = Field(
+        None, description="a failing run's cluster; null when it did not fail (or no cluster)"
+    )
     spans: list[Span]
 
 

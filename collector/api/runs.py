@@ -31,6 +31,7 @@ from collector.api.models import (
     Run,
     RunDetail,
     RunDiff,
+    RunFailure,
     RunList,
     RunQuery,
     Span,
@@ -41,10 +42,21 @@ from collector.auth import Authenticator
 from collector.errors import Unauthenticated
 from collector.model import SpanRecord
 from collector.processors.normalize import normalize_trace
+from collector.store.failures import FailureFilter, FailureReader
 from collector.store.reader import RunFilter, RunReader, decode_cursor
 
-__all__ = ["RunsApi", "bad_query", "otlp_json", "otlp_trace", "span_json", "span_model"]
+__all__ = [
+    "FAILURE_WINDOW_S",
+    "RunsApi",
+    "bad_query",
+    "otlp_json",
+    "otlp_trace",
+    "span_json",
+    "span_model",
+]
 
+FAILURE_WINDOW_S = 30 * 86_400
+"""How far back a run's failure is looked up among the others (``AFR_TTL_DAYS`` when set)."""
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 _NS = 1_000_000_000
 _STATUS_CODES = {"Unset": 0, "Ok": 1, "Error": 2}
@@ -197,12 +209,21 @@ bad_query = _bad_query
 
 class RunsApi:
     def __init__(
-        self, reader: RunReader, auth: Authenticator, *, max_runs: int, default_lookback_s: float
+        self,
+        reader: RunReader,
+        auth: Authenticator,
+        *,
+        max_runs: int,
+        default_lookback_s: float,
+        failures: FailureReader | None = None,
+        failure_window_s: float = FAILURE_WINDOW_S,
     ) -> None:
         self._reader = reader
         self._auth = auth
         self._max_runs = max_runs
         self._lookback_ns = int(default_lookback_s * _NS)
+        self._failures = failures
+        self._failure_window_ns = int(failure_window_s * _NS)
 
     def _project(self, request: Request) -> str:
         return self._auth.authenticate(request.headers.get("authorization"))
@@ -235,7 +256,7 @@ class RunsApi:
             cursor=decode_cursor(query.cursor) if query.cursor else None,
         )
 
-    async def _load(self, request: Request) -> tuple[Run, list[Span]] | Response:
+    async def _load(self, request: Request) -> tuple[str, Run, list[Span]] | Response:
         try:
             project = self._project(request)
             run_id = str(request.path_params["run_id"]).lower().removeprefix("trace_")
@@ -246,7 +267,7 @@ class RunsApi:
                 raise RunNotFound("no such run")
         except (ApiError, Unauthenticated) as error:
             return error_response(error)
-        return loaded
+        return project, *loaded
 
     def _run_view(self, project: str, run_id: str) -> tuple[Run, list[Span]] | None:
         loaded = self._reader.get_run(project, run_id)
@@ -261,8 +282,38 @@ class RunsApi:
         loaded = await self._load(request)
         if isinstance(loaded, Response):
             return loaded
-        run, spans = loaded
-        return JSONResponse(dump(RunDetail(run=run, spans=spans)))
+        project, run, spans = loaded
+        failure = None
+        if run.signature and self._failures is not None:
+            failure = await asyncio.to_thread(
+                self._failure, self._failures, project, run, run.signature
+            )
+        return JSONResponse(dump(RunDetail(run=run, failure=failure, spans=spans)))
+
+    def _failure(
+        self, failures: FailureReader, project: str, run: Run, signature: str
+    ) -> RunFailure | None:
+        """The run's cluster over the failure window (back to the run's start when it is
+        older), whatever the run's kind: a failing replay shows the production failure it
+        repeats."""
+        now_ns = time.time_ns()
+        since_ns = min(now_ns - self._failure_window_ns, run.start_ns)
+        cluster = failures.cluster(
+            project,
+            FailureFilter(
+                since_ns=since_ns,
+                until_ns=max(now_ns + 3600 * _NS, run.start_ns + 1),
+                signature=signature,
+            ),
+        )
+        if cluster is None:
+            return None
+        return RunFailure.model_validate(
+            {
+                **{k: cluster[k] for k in RunFailure.model_fields if k in cluster},
+                "since_ns": since_ns,
+            }
+        )
 
     async def diff_runs(self, request: Request) -> Response:
         """``b`` against ``a``; an unknown run (or another project's) is a 404 naming it."""
@@ -293,11 +344,16 @@ class RunsApi:
         loaded = await self._load(request)
         if isinstance(loaded, Response):
             return loaded
-        return JSONResponse(dump(otlp_trace(loaded[1])))
+        return JSONResponse(dump(otlp_trace(loaded[2])))
 
 
 def _ns(value: float | None, default_ns: int) -> int:
-    """Unix seconds, or nanoseconds when above 1e12 (RunQuery checked it is finite)."""
+    """Unix seconds, or nanoseconds when above 1e12 (the query model checked it is finite;
+    a whole number came through exact)."""
     if value is None:
         return default_ns
     return int(value) if value > 1e12 else int(value * _NS)
+
+
+api_ns = _ns
+"""The same reading of a time for the other read routes (failures.py)."""

@@ -1,4 +1,5 @@
-"""OTLP/gRPC receiver: ``TraceService/Export`` on grpcio's asyncio server.
+"""OTLP/gRPC receiver: ``TraceService/Export`` and ``LogsService/Export`` on grpcio's asyncio
+server.
 
 The handler takes the raw request bytes (no generated deserializer) so an undecodable body
 is answered INVALID_ARGUMENT, not INTERNAL. gRPC enforces the size limit itself, after
@@ -11,6 +12,7 @@ import logging
 from typing import Any
 
 import grpc
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from collector.auth import Authenticator
@@ -23,9 +25,16 @@ __all__ = ["build_grpc_server"]
 logger = logging.getLogger("afr.collector.grpc")
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 
 
-def _response(rejected: int, message: str) -> bytes:
+def _response(rejected: int, message: str, *, logs: bool = False) -> bytes:
+    if logs:
+        logs_response = ExportLogsServiceResponse()
+        if rejected:
+            logs_response.partial_success.rejected_log_records = rejected
+            logs_response.partial_success.error_message = message
+        return bytes(logs_response.SerializeToString())
     response = ExportTraceServiceResponse()
     if rejected:
         response.partial_success.rejected_spans = rejected
@@ -34,9 +43,10 @@ def _response(rejected: int, message: str) -> bytes:
 
 
 class _ExportHandler:
-    def __init__(self, pipeline: Pipeline, auth: Authenticator) -> None:
+    def __init__(self, pipeline: Pipeline, auth: Authenticator, *, logs: bool = False) -> None:
         self._pipeline = pipeline
         self._auth = auth
+        self._logs = logs
 
     async def export(self, raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
         try:
@@ -45,7 +55,7 @@ class _ExportHandler:
                 if key == "authorization":
                     authorization = value if isinstance(value, str) else value.decode()
             project = self._auth.authenticate(authorization)
-            result = await self._pipeline.ingest_bytes(raw, False, project)
+            result = await self._pipeline.ingest_bytes(raw, False, project, logs=self._logs)
         except PipelineError as error:
             status = grpc_status(error)
         except Exception as error:
@@ -53,7 +63,7 @@ class _ExportHandler:
             logger.error("unexpected %s in the gRPC export handler", type(error).__name__)
             status = GrpcStatus(grpc.StatusCode.INTERNAL, "internal error")
         else:
-            return _response(result.rejected, result.error_message)
+            return _response(result.rejected, result.error_message, logs=self._logs)
         # A refusal is a status, not ``context.abort``: abort raises, and the exception's
         # traceback holds this frame and its request bytes in a reference cycle that only
         # the cyclic GC frees. With ingest's GC tuning (gen-0 threshold 50k objects, see
@@ -78,8 +88,12 @@ def build_grpc_server(
         ]
     )
     handler = grpc.unary_unary_rpc_method_handler(_ExportHandler(pipeline, auth).export)
+    logs = grpc.unary_unary_rpc_method_handler(_ExportHandler(pipeline, auth, logs=True).export)
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
+        (
+            grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),
+            grpc.method_handlers_generic_handler(LOGS_SERVICE, {"Export": logs}),
+        )
     )
     bound = server.add_insecure_port(f"{host}:{port}")
     return server, bound

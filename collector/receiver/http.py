@@ -1,4 +1,5 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` (protobuf or JSON, optionally gzip).
+"""OTLP/HTTP receiver: ``POST /v1/traces`` and ``POST /v1/logs`` (protobuf or JSON, optionally
+gzip).
 
 The body is read with a byte cap, and gzip is inflated incrementally with the same cap, so a
 decompression bomb costs at most ``max_request_bytes`` of memory before it is refused.
@@ -13,6 +14,7 @@ from typing import Any
 
 from google.protobuf import json_format
 from google.rpc import status_pb2
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 from starlette.requests import Request
 from starlette.responses import Response
@@ -70,6 +72,14 @@ class OtlpHttpHandler:
         self._max_bytes = max_request_bytes
 
     async def handle(self, request: Request) -> Response:
+        """``POST /v1/traces``."""
+        return await self._handle(request, logs=False)
+
+    async def handle_logs(self, request: Request) -> Response:
+        """``POST /v1/logs``."""
+        return await self._handle(request, logs=True)
+
+    async def _handle(self, request: Request, *, logs: bool) -> Response:
         media = _media_type(request)
         as_json = media == JSON
         if media not in (PROTOBUF, JSON):
@@ -81,17 +91,24 @@ class OtlpHttpHandler:
         try:
             project = self._auth.authenticate(request.headers.get("authorization"))
             raw = await read_body(request, self._max_bytes)
-            result = await self._pipeline.ingest_bytes(raw, as_json, project)
+            result = await self._pipeline.ingest_bytes(raw, as_json, project, logs=logs)
         except PipelineError as error:
             return self._error(error, as_json)
         except Exception as error:
             # The type only: a message or traceback could quote request content.
             logger.error("unexpected %s in the HTTP export handler", type(error).__name__)
             return Response("internal error", status_code=500, media_type="text/plain")
-        response = ExportTraceServiceResponse()
-        if result.rejected:
-            response.partial_success.rejected_spans = result.rejected
-            response.partial_success.error_message = result.error_message
+        response: ExportTraceServiceResponse | ExportLogsServiceResponse
+        if logs:
+            response = ExportLogsServiceResponse()
+            if result.rejected:
+                response.partial_success.rejected_log_records = result.rejected
+                response.partial_success.error_message = result.error_message
+        else:
+            response = ExportTraceServiceResponse()
+            if result.rejected:
+                response.partial_success.rejected_spans = result.rejected
+                response.partial_success.error_message = result.error_message
         if as_json:
             body: Any = json_format.MessageToJson(response, indent=None)
             return Response(body, media_type=JSON)

@@ -24,6 +24,7 @@ import re
 
 from collector.store.cluster import LOCAL_SUFFIX, SHARDED_TABLES
 from collector.store.schema import (
+    LOGS_TABLE,
     MIGRATIONS_TABLE,
     MODEL_PRICES_TABLE,
     RUN_SUMMARY_VIEW,
@@ -36,7 +37,7 @@ from collector.store.schema import (
 
 __all__ = ["PROJECT_TABLES", "READABLE", "drop_reader_statements", "reader_statements"]
 
-PROJECT_TABLES = (SPANS_TABLE, TRACE_ID_TS_TABLE, RUNS_TABLE)
+PROJECT_TABLES = (SPANS_TABLE, TRACE_ID_TS_TABLE, RUNS_TABLE, LOGS_TABLE)
 """Tables that hold projects' rows: each gets the reader's row policy."""
 READABLE = (
     *PROJECT_TABLES,

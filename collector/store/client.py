@@ -12,6 +12,7 @@ import threading
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from collector.log_model import LOG_COLUMN_NAMES, LOGS_PREFIX, is_log_payload
 from collector.model import COLUMN_NAMES, ROW_FORMAT
 from collector.store.cluster import (
     CLUSTER_SESSION_SETTINGS,
@@ -19,6 +20,7 @@ from collector.store.cluster import (
     durability_settings,
 )
 from collector.store.schema import (
+    LOGS_TABLE,
     MIGRATIONS_TABLE,
     MIGRATIONS_TABLE_DDL,
     MODEL_PRICES_TABLE,
@@ -124,7 +126,7 @@ class ClickHouseStore:
         480 s), so the parts a merge replaced are deleted at once and an unsynced merged part
         would be the only copy of acknowledged spans until the page cache is written back."""
         flag = int(self._fsync_parts)
-        for table in (SPANS_TABLE, RUNS_TABLE, TRACE_ID_TS_TABLE):
+        for table in (SPANS_TABLE, RUNS_TABLE, TRACE_ID_TS_TABLE, LOGS_TABLE):
             self._client.command(
                 f"ALTER TABLE {self.database}.{table} MODIFY SETTING {durability_settings(flag)}"
             )
@@ -132,7 +134,11 @@ class ClickHouseStore:
     def _apply_ttl(self) -> None:
         """Makes the tables' TTL match ``ttl_days`` (set, changed or removed since the
         tables were created): the DDL only sets it at creation."""
-        for table, column in ((SPANS_TABLE, "Timestamp"), (RUNS_TABLE, "Start")):
+        for table, column in (
+            (SPANS_TABLE, "Timestamp"),
+            (RUNS_TABLE, "Start"),
+            (LOGS_TABLE, "Timestamp"),
+        ):
             rows = self._client.query(
                 "SELECT engine_full FROM system.tables WHERE database = {d:String} "
                 "AND name = {t:String}",
@@ -166,11 +172,17 @@ class ClickHouseStore:
                 )
 
     def insert_rows(self, payload: bytes) -> None:
-        """Inserts ``model.encode_rows`` output; parsed by ClickHouse, not by Python."""
+        """Inserts ``model.encode_rows`` output (or ``log_model.encode_log_rows``: its
+        prefix says so, and the rows go to the logs table); parsed by ClickHouse, not by
+        Python."""
+        table, columns = SPANS_TABLE, COLUMN_NAMES
+        if is_log_payload(payload):
+            table, columns = LOGS_TABLE, LOG_COLUMN_NAMES
+            payload = payload[len(LOGS_PREFIX) :]
         with self._lock:
             self._client.raw_insert(
-                f"{self.database}.{SPANS_TABLE}",
-                list(COLUMN_NAMES),
+                f"{self.database}.{table}",
+                list(columns),
                 insert_block=payload,
                 fmt=ROW_FORMAT,
                 # Sized to the window of accepted start times; a block spread wider (the log

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from collector.store.schema import (
+    LOGS_TABLE,
     MIGRATIONS_TABLE,
     MIGRATIONS_TABLE_DDL,
     MODEL_PRICES_TABLE,
@@ -50,7 +51,7 @@ __all__ = [
     "single_node_statements",
 ]
 
-SHARDED_TABLES = (SPANS_TABLE, TRACE_ID_TS_TABLE, RUNS_TABLE)
+SHARDED_TABLES = (SPANS_TABLE, TRACE_ID_TS_TABLE, RUNS_TABLE, LOGS_TABLE)
 """Tables keyed by ``(ProjectId, TraceId)``: split over the shards by ``SHARDING_KEY``."""
 EVERYWHERE_TABLES = (MODEL_PRICES_TABLE, MIGRATIONS_TABLE)
 """Small tables read whole by any node (the ``run_summary`` view prices runs with

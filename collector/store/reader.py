@@ -12,7 +12,7 @@ from typing import Any
 
 from collector.model import COLUMNS
 from collector.store.client import SpanStore
-from collector.store.schema import RUNS_TABLE, SPANS_TABLE
+from collector.store.schema import FAILURE_PATH_SQL, RUNS_TABLE, SIGNATURE_SQL, SPANS_TABLE
 
 __all__ = ["RunFilter", "RunReader", "decode_cursor", "encode_cursor"]
 
@@ -35,7 +35,10 @@ SELECT
     max(SourceRunId) AS source_run_id,
     max(Verdict) AS verdict,
     max(EvalName) AS eval_name,
-    max(SweepId) AS sweep_id
+    max(SweepId) AS sweep_id,
+    min(Failure) AS failure,
+    {SIGNATURE_SQL.format(cause="failure.2", path=FAILURE_PATH_SQL.format(failure="failure"))}
+        AS signature
 FROM {{db}}.{RUNS_TABLE}
 WHERE ProjectId = {{project:String}} AND TraceId IN {{run_ids:Array(String)}}
 GROUP BY TraceId
@@ -58,6 +61,8 @@ _MERGED_FIELDS = (
     "verdict",
     "eval_name",
     "sweep_id",
+    "failure",
+    "signature",
 )
 _FILTER_MERGES = {
     "error_count": "length(groupUniqArrayArray(ErrorSpans)) AS error_count",
@@ -116,6 +121,7 @@ def _summary(row: tuple[Any, ...], prices: Mapping[str, tuple[float, float]]) ->
     keys, inputs, outputs = merged.pop("usage")
     error_count = int(merged["error_count"])
     _, failing_id, failing_name, failing_type = merged.pop("first_error")
+    merged.pop("failure")
     cost = 0.0
     for key, tokens_in, tokens_out in zip(keys, inputs, outputs, strict=True):
         model = key.partition(":")[2]  # "<span id>:<model>"
@@ -144,6 +150,7 @@ def _summary(row: tuple[Any, ...], prices: Mapping[str, tuple[float, float]]) ->
         "verdict": merged["verdict"] or None,
         "eval_name": merged["eval_name"] or None,
         "sweep_id": merged["sweep_id"] or None,
+        "signature": merged["signature"] or None,
     }
 
 

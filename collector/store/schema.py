@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "FAILURE_PATH_SQL",
+    "LOGS_TABLE",
     "MIGRATIONS",
     "MIGRATIONS_TABLE",
     "MIGRATIONS_TABLE_DDL",
@@ -25,6 +26,9 @@ __all__ = [
 ]
 
 SPANS_TABLE = "otel_traces"
+LOGS_TABLE = "otel_logs"
+"""OTLP log records in the OTel ClickHouse exporter's layout (Grafana's OTel logs mode), plus
+afr's columns; keyed by run like the spans (ADR 38)."""
 TRACE_ID_TS_TABLE = "otel_traces_trace_id_ts"
 RUNS_TABLE = "runs"
 """One row per run and insert block, merged by the engine: read it through ``RUN_SUMMARY_VIEW``
@@ -312,6 +316,44 @@ def _failure_ddl() -> tuple[str, ...]:
     )
 
 
+def _logs_ddl(ttl_days: int | None) -> str:
+    ttl = f"TTL toDateTime(Timestamp) + toIntervalDay({int(ttl_days)})" if ttl_days else ""
+    return f"""
+CREATE TABLE IF NOT EXISTS {{db}}.{LOGS_TABLE} (
+    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
+    TimestampTime DateTime DEFAULT toDateTime(Timestamp),
+    ObservedTimestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
+    TraceId String CODEC(ZSTD(1)),
+    SpanId String CODEC(ZSTD(1)),
+    TraceFlags UInt8,
+    SeverityText LowCardinality(String) CODEC(ZSTD(1)),
+    SeverityNumber UInt8,
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    Body String CODEC(ZSTD(3)),
+    EventName String CODEC(ZSTD(1)),
+    ResourceSchemaUrl LowCardinality(String) CODEC(ZSTD(1)),
+    ResourceAttributes {_MAP} CODEC(ZSTD(1)),
+    ScopeSchemaUrl LowCardinality(String) CODEC(ZSTD(1)),
+    ScopeName String CODEC(ZSTD(1)),
+    ScopeVersion LowCardinality(String) CODEC(ZSTD(1)),
+    ScopeAttributes {_MAP} CODEC(ZSTD(1)),
+    LogAttributes {_MAP} CODEC(ZSTD(3)),
+    ProjectId LowCardinality(String) CODEC(ZSTD(1)),
+    LogId String CODEC(ZSTD(1)),
+    Redactions Array(String) CODEC(ZSTD(1)),
+    Truncated Bool CODEC(ZSTD(1)),
+    IngestedAt DateTime64(9) CODEC(Delta, ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
+    INDEX idx_log_attr_key mapKeys(LogAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_body Body TYPE tokenbf_v1(32768, 3, 0) GRANULARITY 8
+) ENGINE = ReplacingMergeTree(IngestedAt)
+PARTITION BY toDate(Timestamp)
+ORDER BY (ProjectId, TraceId, SpanId, Timestamp, LogId)
+{ttl}
+SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1
+"""
+
+
 def migrations(ttl_days: int | None) -> tuple[Migration, ...]:
     return (
         Migration(
@@ -357,6 +399,7 @@ FROM {{db}}.{TRACE_ID_TS_TABLE}
             ),
         ),
         Migration(4, "failure signatures (ADR 34)", _failure_ddl()),
+        Migration(6, "OTLP log records (ADR 38)", (_logs_ddl(ttl_days),)),
     )
 
 

@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 
+from collector.log_model import LOGS_PREFIX, is_log_payload
 from collector.store.client import SpanStore
 from collector.store.errors import InsertFailure, classify_insert_error, clickhouse_code
 from collector.store.wal import Batch, WriteAheadLog
@@ -70,7 +71,15 @@ class BatchWriter:
                 batches = self._wal.take(self._max_rows, self._max_bytes)
                 if not batches:
                     return True
-                if not self._insert(batches):
+                # Spans and log records go to their own tables: one insert each.
+                spans = [b for b in batches if not is_log_payload(b.payload)]
+                logs = [b for b in batches if is_log_payload(b.payload)]
+                ok = self._insert(spans) if spans else True
+                if logs and ok:
+                    ok = self._insert(logs)
+                elif logs:
+                    self._wal.give_back(logs)
+                if not ok:
                     return False
 
     @property
@@ -111,7 +120,7 @@ class BatchWriter:
 
     def _insert(self, batches: list[Batch]) -> bool:
         rows = sum(b.rows for b in batches)
-        payload = b"".join(b.payload for b in batches)
+        payload = _joined(batches)
         started = time.perf_counter_ns()
         try:
             self._store.insert_rows(payload)
@@ -162,13 +171,14 @@ class BatchWriter:
         log. False when a transient failure interrupts it: the caller retries the whole
         batch later (rows inserted meanwhile are inserted again, harmlessly: the spans
         table replaces duplicates)."""
-        lines = payload.splitlines(keepends=True)
+        prefix = LOGS_PREFIX if is_log_payload(payload) else b""
+        lines = payload[len(prefix) :].splitlines(keepends=True)
         pending = [lines]
         dead = 0
         while pending:
             chunk = pending.pop()
             try:
-                self._store.insert_rows(b"".join(chunk))
+                self._store.insert_rows(prefix + b"".join(chunk))
             except Exception as exc:
                 failure = classify_insert_error(exc)
                 if failure is InsertFailure.TRANSIENT:
@@ -189,3 +199,10 @@ class BatchWriter:
                 dead,
             )
         return True
+
+
+def _joined(batches: list[Batch]) -> bytes:
+    """One insert body of batches of one kind: log rows keep one ``LOGS_PREFIX``."""
+    if is_log_payload(batches[0].payload):
+        return LOGS_PREFIX + b"".join(b.payload[len(LOGS_PREFIX) :] for b in batches)
+    return b"".join(b.payload for b in batches)

@@ -19,6 +19,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 __all__ = [
@@ -68,6 +69,19 @@ def _slot(value: object) -> object:
 
 
 RunId = Annotated[str, Field(pattern=RUN_ID_PATTERN), BeforeValidator(_run_id)]
+
+SIGNATURE_PATTERN = r"^[0-9a-fA-F]{16}$"
+_HEX16 = re.compile(r"^[0-9a-f]{16}$")
+
+
+def _signature(value: object) -> str:
+    text = value.strip().lower() if isinstance(value, str) else ""
+    if not _HEX16.match(text):
+        raise ValueError("signature must be a failure signature: 16 hex digits")
+    return text
+
+
+Signature = Annotated[str, Field(pattern=SIGNATURE_PATTERN), BeforeValidator(_signature)]
 
 
 # --- a fork: where a replay goes live, and what it changes there ----------------------------
@@ -187,7 +201,14 @@ class Fork(BaseModel):
 class ReplayHook(BaseModel):
     """``POST /hooks/replay``: replay a stored run."""
 
-    run_id: RunId = Field(description="the run (OTel trace id) to replay")
+    run_id: RunId | None = Field(
+        None, description="the run (OTel trace id) to replay; or give signature"
+    )
+    signature: Signature | None = Field(
+        None,
+        description="a failure signature (/api/v1/failures): replay the newest production "
+        "run of the last 30 days that failed with it",
+    )
     model: str | None = Field(None, description="model to replay with; default: the run's")
     stubs: Annotated[dict[str, str] | None, BeforeValidator(_stubs)] = Field(
         None, description="tool name -> output to answer with"
@@ -196,6 +217,12 @@ class ReplayHook(BaseModel):
     fork: Fork | None = Field(
         None, description="fork the run at a step with overrides; default: replay it whole"
     )
+
+    @model_validator(mode="after")
+    def _one_run(self) -> ReplayHook:
+        if (self.run_id is None) == (self.signature is None):
+            raise ValueError("give exactly one of run_id and signature")
+        return self
 
 
 class EvalHook(BaseModel):
@@ -242,6 +269,7 @@ class EvalRefused(BaseModel):
 
 class JobAccepted(BaseModel):
     job_id: str
+    run_id: str = Field(description="the run replayed (the newest one, for a signature)")
     state: str
     status_url: str
 

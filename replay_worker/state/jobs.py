@@ -150,6 +150,11 @@ class JobsStore(StoreBase):
         rows = self._read(_SELECT_JOB + " WHERE job_id = ?", (job_id,))
         return _job(rows[0]) if rows else None
 
+    def by_webhook(self, webhook_id: str) -> Job | None:
+        """The job this webhook id already started, if any (a re-delivered hook)."""
+        rows = self._read(_SELECT_JOB + " WHERE webhook_id = ?", (webhook_id,))
+        return _job(rows[0]) if rows else None
+
     def claim(self, owner: Owner, now: float, lease_s: float) -> Job | None:
         """Takes the oldest queued job, or one whose owner's lease ran out (its worker died:
         it runs again, up to MAX_ATTEMPTS, and what it already spent stays spent)."""

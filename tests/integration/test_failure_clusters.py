@@ -41,17 +41,25 @@ class World:
         self.signatures: dict[SourceKind, str] = {}
         self.start_ns: dict[SourceKind, int] = {}
 
-    def send(self, body: dict[str, Any]) -> None:
+    def send(self, body: dict[str, Any], key: str | None = None) -> None:
         answer = httpx.post(
             self.running.http_url + "/v1/traces",
             json=body,
-            headers=self.running.headers(),
+            headers=self.running.headers(key),
             timeout=30,
         )
         assert answer.status_code == 200, answer.text
 
-    def run_at(self, kind: SourceKind, start_ns: int, *, workflow: str | None = None) -> str:
-        """A fresh run of ``kind`` starting at ``start_ns``; its id."""
+    def run_at(
+        self,
+        kind: SourceKind,
+        start_ns: int,
+        *,
+        workflow: str | None = None,
+        project_key: str | None = None,
+    ) -> str:
+        """A fresh run of ``kind`` starting at ``start_ns`` (in the project of
+        ``project_key``, default the world's); its id."""
         body = copy.deepcopy(self.templates[kind])
         trace_id = f"{next(_NUMBERS):08x}{random.getrandbits(96):024x}"
         shift = start_ns - self.start_ns[kind]
@@ -73,7 +81,7 @@ class World:
                             value["stringValue"] = value["stringValue"].replace(old, trace_id)
                         if workflow and attribute["key"] == "gen_ai.workflow.name":
                             value["stringValue"] = workflow
-        self.send(body)
+        self.send(body, project_key)
         return trace_id
 
     def linked_run(self, kind: str, source: str, start_ns: int, metadata: dict[str, Any]) -> str:
