@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 # Standard library only at import, each of them: cheap for every command.
+from afr.commands.bisect import add_bisect_parser, bisect_argv
 from afr.commands.demo import add_demo_parser
 from afr.commands.evals import add_eval_parser
 from afr.commands.failures import add_failures_parser
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_up_parser(commands)
     add_worker_parser(commands)
     add_replay_parser(commands)
+    add_bisect_parser(commands)  # afr replay bisect RUN
     add_keys_parser(commands)
     add_eval_parser(commands)
     add_sweep_parser(commands)
@@ -64,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(bisect_argv(list(sys.argv[1:] if argv is None else argv)))
     try:
         code: int = args.func(args)
     except Exception as error:

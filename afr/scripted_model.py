@@ -12,8 +12,10 @@ OpenAI-shaped error body, as a failing model call would be.
 
 With ``per_conversation=True`` the turn is instead the number of model answers already in
 the request's history, so any number of conversations (concurrent replays) each walk the
-script from its start. ``latency_s`` holds every answer back like a real model would;
-``max_in_flight`` and each request's timing show how many requests were served at once.
+script from its start. A turn with ``variants`` is a flaky model: each time it is served it
+answers with the next of itself and its variants. ``latency_s`` holds every answer back
+like a real model would; ``max_in_flight`` and each request's timing show how many requests
+were served at once.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class ScriptedTurn:
     expect_instructions_containing: str | None = None
     error_status: int | None = None
     error_message: str = "The scripted model failed this request."
+    variants: tuple[ScriptedTurn, ...] = ()
+    """A flaky model: the k-th time this turn is served (from 0) it answers as
+    ``(self, *variants)[k % (1 + len(variants))]``, each with its own guard."""
 
     def __post_init__(self) -> None:
         if self.error_status is not None:
@@ -78,6 +83,8 @@ class _State:
     per_conversation: bool = False
     latency_s: float = 0.0
     position: int = 0
+    served: dict[int, int] = field(default_factory=dict)
+    """How often each turn (by index) was served: which of its variants answers next."""
     requests: list[RecordedRequest] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
@@ -266,6 +273,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(409, f"script exhausted after {len(state.turns)} turns")
                 return
             turn = state.turns[index]
+            if turn.variants:
+                served = state.served.get(index, 0)
+                state.served[index] = served + 1
+                turn = (turn, *turn.variants)[served % (1 + len(turn.variants))]
             guard = turn.expect_instructions_containing
             if guard is not None and guard not in _system_instructions(path, body):
                 self._error(409, f"script turn {index} expects instructions containing {guard!r}")
@@ -366,6 +377,7 @@ class ScriptedModelServer:
         with self._state.lock:
             self._state.turns = list(turns)
             self._state.position = 0
+            self._state.served.clear()
             if per_conversation is not None:
                 self._state.per_conversation = per_conversation
             self._state.requests.clear()

@@ -6,6 +6,7 @@ import sys
 from collections.abc import Callable
 
 from bench import (
+    bisect_bench,
     collector_bench,
     dashboard_bench,
     eval_bench,
@@ -27,6 +28,7 @@ BENCHES: dict[str, Callable[[], object]] = {
     "failures": failures_bench.main,
     "storage": storage_bench.main,
     "testbed": testbed_bench.main,
+    "bisect": bisect_bench.main,
 }
 
 
