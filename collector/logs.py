@@ -1,6 +1,6 @@
 """OTLP logs: request bytes -> LogRecords -> the privacy processors -> encoded rows.
 
-The same promises as spans (ADR 38): OTLP's per-record rejection rules (a record with
+The same promises as spans (ADR 40): OTLP's per-record rejection rules (a record with
 malformed ids, or a time outside the accepted window, is rejected on its own and counted in
 ``partial_success``), redaction and truncation by the very processors that treat spans, and
 rows that go through the write-ahead log before the acknowledgement.

@@ -243,6 +243,34 @@ class Span(BaseModel):
     source_run_id: str
     redactions: list[str]
     truncated: bool
+    content_from_logs: bool = Field(
+        False,
+        description="its input, output or system instructions came from its GenAI log "
+        "records (the span itself carried none)",
+    )
+
+
+class LogEntry(BaseModel):
+    """An OTLP log record of the run (``otel_logs``), after redaction and truncation."""
+
+    time_unix_nano: int
+    observed_time_unix_nano: int
+    trace_id: str
+    span_id: str = Field(description="the span it belongs to; empty for none")
+    flags: int
+    severity_text: str
+    severity_number: int
+    service_name: str
+    event_name: str
+    body: str = Field(description="a string body as is, any other as JSON")
+    attributes: dict[str, str]
+    resource_attributes: dict[str, str]
+    scope_name: str
+    scope_version: str
+    scope_attributes: dict[str, str]
+    redactions: list[str]
+    truncated: bool
+    log_id: str = Field(description="16 hex digits: the same record delivered twice, one id")
 
 
 FailureStatus = Literal["recurring", "open", "fixed", "guarded"]
@@ -287,6 +315,10 @@ class RunDetail(BaseModel):
         None, description="a failing run's cluster; null when it did not fail (or no cluster)"
     )
     spans: list[Span]
+    logs: list[LogEntry] = Field(
+        default_factory=list,
+        description="the run's OTLP log records in time order (at most AFR_API_MAX_SPANS)",
+    )
 
 
 # --- GET /api/v1/runs/diff ---------------------------------------------------------------

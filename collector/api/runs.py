@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse, Response
 from collector.api.diff import diff_runs
 from collector.api.models import (
     DiffQuery,
+    LogEntry,
     OtlpTrace,
     Run,
     RunDetail,
@@ -41,6 +42,7 @@ from collector.api.status import ApiError, BadParameter, RunNotFound, error_resp
 from collector.auth import Authenticator
 from collector.errors import Unauthenticated
 from collector.model import SpanRecord
+from collector.processors.log_content import attach_log_content
 from collector.processors.normalize import normalize_trace
 from collector.store.failures import FailureFilter, FailureReader
 from collector.store.reader import RunFilter, RunReader, decode_cursor
@@ -256,13 +258,15 @@ class RunsApi:
             cursor=decode_cursor(query.cursor) if query.cursor else None,
         )
 
-    async def _load(self, request: Request) -> tuple[str, Run, list[Span]] | Response:
+    async def _load(
+        self, request: Request
+    ) -> tuple[str, Run, list[Span], list[LogEntry]] | Response:
         try:
             project = self._project(request)
             run_id = str(request.path_params["run_id"]).lower().removeprefix("trace_")
             if not _RUN_ID.match(run_id):
                 raise BadParameter("a run id is 32 hex digits")
-            loaded = await asyncio.to_thread(self._run_view, project, run_id)
+            loaded = await asyncio.to_thread(self._full_view, project, run_id)
             if loaded is None:
                 raise RunNotFound("no such run")
         except (ApiError, Unauthenticated) as error:
@@ -270,25 +274,38 @@ class RunsApi:
         return project, *loaded
 
     def _run_view(self, project: str, run_id: str) -> tuple[Run, list[Span]] | None:
+        view = self._full_view(project, run_id)
+        return None if view is None else (view[0], view[1])
+
+    def _full_view(
+        self, project: str, run_id: str
+    ) -> tuple[Run, list[Span], list[LogEntry]] | None:
+        """The run, its spans after the trace-level pass (a model-call span without content
+        given its GenAI log records', ADR 40), and its log records."""
         loaded = self._reader.get_run(project, run_id)
         if loaded is None:
             return None
         summary, rows = loaded
         records = [SpanRecord(**row) for row in rows]
         normalize_trace(records)
-        return Run.model_validate(summary), [span_model(record) for record in records]
+        logs = self._reader.get_logs(project, run_id)
+        filled = attach_log_content(records, logs) if logs else set()
+        spans = [span_model(record) for record in records]
+        for span in spans:
+            span.content_from_logs = span.span_id in filled
+        return Run.model_validate(summary), spans, [LogEntry.model_validate(r) for r in logs]
 
     async def get_run(self, request: Request) -> Response:
         loaded = await self._load(request)
         if isinstance(loaded, Response):
             return loaded
-        project, run, spans = loaded
+        project, run, spans, logs = loaded
         failure = None
         if run.signature and self._failures is not None:
             failure = await asyncio.to_thread(
                 self._failure, self._failures, project, run, run.signature
             )
-        return JSONResponse(dump(RunDetail(run=run, failure=failure, spans=spans)))
+        return JSONResponse(dump(RunDetail(run=run, failure=failure, spans=spans, logs=logs)))
 
     def _failure(
         self, failures: FailureReader, project: str, run: Run, signature: str

@@ -12,7 +12,13 @@ from typing import Any
 
 from collector.model import COLUMNS
 from collector.store.client import SpanStore
-from collector.store.schema import FAILURE_PATH_SQL, RUNS_TABLE, SIGNATURE_SQL, SPANS_TABLE
+from collector.store.schema import (
+    FAILURE_PATH_SQL,
+    LOGS_TABLE,
+    RUNS_TABLE,
+    SIGNATURE_SQL,
+    SPANS_TABLE,
+)
 
 __all__ = ["RunFilter", "RunReader", "decode_cursor", "encode_cursor"]
 
@@ -86,6 +92,34 @@ _SPAN_SELECT = ", ".join(
     )
     for name, _ in COLUMNS
 )
+
+
+_LOG_FIELDS = (
+    ("toUnixTimestamp64Nano(Timestamp)", "time_unix_nano"),
+    ("toUnixTimestamp64Nano(ObservedTimestamp)", "observed_time_unix_nano"),
+    ("TraceId", "trace_id"),
+    ("SpanId", "span_id"),
+    ("TraceFlags", "flags"),
+    ("SeverityText", "severity_text"),
+    ("SeverityNumber", "severity_number"),
+    ("ServiceName", "service_name"),
+    ("EventName", "event_name"),
+    ("Body", "body"),
+    ("LogAttributes", "attributes"),
+    ("ResourceAttributes", "resource_attributes"),
+    ("ScopeName", "scope_name"),
+    ("ScopeVersion", "scope_version"),
+    ("ScopeAttributes", "scope_attributes"),
+    ("Redactions", "redactions"),
+    ("Truncated", "truncated"),
+    ("LogId", "log_id"),
+)
+_LOGS = (
+    f"SELECT {', '.join(sql for sql, _ in _LOG_FIELDS)} FROM {{db}}.{LOGS_TABLE} FINAL "
+    "WHERE ProjectId = {project:String} AND TraceId = {run:String} "
+    "ORDER BY Timestamp, LogId LIMIT {limit:UInt32}"
+)
+"""A run's log records (keyed by run, like its spans: no time bound needed), each once."""
 
 
 @dataclass(frozen=True)
@@ -355,6 +389,15 @@ LIMIT {{limit:UInt32}} {self._settings}, use_index_for_in_with_subqueries = 0"""
             f"{self._settings}"
         )
         return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+    def get_logs(self, project: str, run_id: str) -> list[dict[str, Any]]:
+        """The run's log records in time order (at most as many as a run's spans)."""
+        rows = self._store.query(
+            _LOGS + f" {self._settings}",
+            {"project": project, "run": run_id, "limit": self._max_spans},
+        )
+        names = [name for _, name in _LOG_FIELDS]
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
     def get_run(
         self, project: str, run_id: str

@@ -28,7 +28,7 @@ __all__ = [
 SPANS_TABLE = "otel_traces"
 LOGS_TABLE = "otel_logs"
 """OTLP log records in the OTel ClickHouse exporter's layout (Grafana's OTel logs mode), plus
-afr's columns; keyed by run like the spans (ADR 38)."""
+afr's columns; keyed by run like the spans (ADR 40)."""
 TRACE_ID_TS_TABLE = "otel_traces_trace_id_ts"
 RUNS_TABLE = "runs"
 """One row per run and insert block, merged by the engine: read it through ``RUN_SUMMARY_VIEW``
@@ -399,7 +399,7 @@ FROM {{db}}.{TRACE_ID_TS_TABLE}
             ),
         ),
         Migration(4, "failure signatures (ADR 34)", _failure_ddl()),
-        Migration(6, "OTLP log records (ADR 38)", (_logs_ddl(ttl_days),)),
+        Migration(6, "OTLP log records (ADR 40)", (_logs_ddl(ttl_days),)),
     )
 
 
