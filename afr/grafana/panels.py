@@ -49,8 +49,14 @@ DATASOURCE: dict[str, str] = {"type": PLUGIN_ID, "uid": "${datasource}"}
 # The plugin's query formats (sqlds): what frame a query returns.
 FORMAT_TIME_SERIES = 0
 FORMAT_TABLE = 1
+FORMAT_LOGS = 2
 FORMAT_TRACE = 3
-_QUERY_TYPES = {FORMAT_TIME_SERIES: "timeseries", FORMAT_TABLE: "table", FORMAT_TRACE: "traces"}
+_QUERY_TYPES = {
+    FORMAT_TIME_SERIES: "timeseries",
+    FORMAT_TABLE: "table",
+    FORMAT_LOGS: "logs",
+    FORMAT_TRACE: "traces",
+}
 
 
 def target(sql: str, fmt: int, ref_id: str = "A", **extra: Any) -> dict[str, Any]:

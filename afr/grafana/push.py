@@ -20,7 +20,7 @@ import httpx
 
 from afr.grafana.panels import DATASOURCE_UID, DEFAULT_DATABASE, FOLDER, PLUGIN_ID
 from afr_common.urls import redact_url
-from collector.store.schema import TRACES_VIEW, TRACES_VIEW_TRACE_ID_TS
+from collector.store.schema import LOGS_VIEW, TRACES_VIEW, TRACES_VIEW_TRACE_ID_TS
 
 __all__ = [
     "ClickHouseTarget",
@@ -92,6 +92,14 @@ def datasource_model(target: ClickHouseTarget, name: str = DATASOURCE_NAME) -> d
             "durationUnit": "nanoseconds",
             "traceTimestampTableSuffix": TRACES_VIEW_TRACE_ID_TS.removeprefix(TRACES_VIEW),
             "showTraceLinks": True,
+        },
+        # The plugin's OTel logs mode on afr's log view (each record once, scoped like the
+        # traces): a trace's logs from the trace view, a log's trace from Explore.
+        "logs": {
+            "defaultDatabase": target.database,
+            "defaultTable": LOGS_VIEW,
+            "otelEnabled": True,
+            "otelVersion": "latest",
         },
     }
     if target.path:

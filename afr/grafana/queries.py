@@ -25,6 +25,7 @@ from afr_exporter.semconv import RUN_KINDS
 from collector.store.failures import FAILURE_STATUSES
 from collector.store.schema import (
     FAILURE_PATH_SQL,
+    LOGS_VIEW,
     MODEL_PRICES_TABLE,
     RUN_SUMMARY_VIEW,
     RUNS_TABLE,
@@ -44,6 +45,7 @@ __all__ = [
     "EVAL_STATUSES",
     "FAILURE_STATUSES",
     "KIND",
+    "LOGS",
     "PRICES",
     "RUNS",
     "RUN_ID",
@@ -86,6 +88,8 @@ SPAN_ID = "${span_id:singlequote}"
 RUN_SPANS_FINAL = f"{SPANS} FINAL"
 """One run's spans, each once: ``FINAL`` over one (project, trace) key range is cheap."""
 TRACES = f"{DB}.{TRACES_VIEW}"
+LOGS = f"{DB}.{LOGS_VIEW}"
+"""The log records, each once (the plugin's OTel logs mode reads the same view)."""
 """The spans as the plugin's OTel trace mode reads them: each once, ``ServiceName`` by the one
 service-name rule (``SERVICE_NAME``). The trace panels read it, as Explore does."""
 TRACE_SPAN_LIMIT = 10_000

@@ -24,6 +24,7 @@ __all__ = [
     "format_duration",
     "render_failing_span",
     "render_linked",
+    "render_logs",
     "render_run",
     "render_run_failure",
     "render_run_row",
@@ -340,6 +341,32 @@ def render_linked(
     return lines
 
 
+LOG_LINES = 20
+"""Log records ``afr runs show`` prints (the newest are the read API's, ``--json``)."""
+
+
+def render_logs(
+    logs: list[Mapping[str, Any]], spans: list[Mapping[str, Any]], term: Terminal
+) -> list[str]:
+    """The run's log records, in time order: time, severity, the span they belong to (its
+    name) or ``-``, the event name, the body's first line."""
+    if not logs:
+        return []
+    names = {str(s.get("span_id")): clean(str(s.get("name", ""))) for s in spans}
+    lines = ["", term.paint(term.fit(f"log records ({len(logs)})"), BOLD)]
+    for entry in logs[:LOG_LINES]:
+        span = names.get(str(entry.get("span_id") or ""), "") or "-"
+        severity = clean(str(entry.get("severity_text") or entry.get("severity_number") or ""))
+        event = clean(str(entry.get("event_name") or ""))
+        body = clean(str(entry.get("body") or "")).splitlines() or [""]
+        when = _time(int(entry.get("time_unix_nano", 0)), term, "%H:%M:%S.%f")[:-3]
+        text = f"  {when} {severity or '-':5} {term.fit(span, 24)}  {event + ' ' if event else ''}{body[0]}"
+        lines.append(term.fit(text))
+    if len(logs) > LOG_LINES:
+        lines.append(term.fit(f"  {len(logs) - LOG_LINES} more: afr runs show --json"))
+    return lines
+
+
 FAILURE_STATUS_CODES: dict[str, tuple[str, ...]] = {
     "recurring": (BOLD, RED),
     "open": (RED,),
@@ -434,6 +461,7 @@ def render_run(
     failure = body.get("failure")
     if isinstance(failure, Mapping):
         lines += render_run_failure(failure, term)
+    lines += render_logs(list(body.get("logs") or []), spans, term)
     # A capture's replays and evals; other kinds rarely have runs of their own.
     if linked is not None and (linked or summary.get("kind") == "capture"):
         run_id = clean(str(summary.get("run_id", "")))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 __all__ = [
     "FAILURE_PATH_SQL",
     "LOGS_TABLE",
+    "LOGS_VIEW",
     "MIGRATIONS",
     "MIGRATIONS_TABLE",
     "MIGRATIONS_TABLE_DDL",
@@ -27,6 +28,10 @@ __all__ = [
 
 SPANS_TABLE = "otel_traces"
 LOGS_TABLE = "otel_logs"
+LOGS_VIEW = "logs"
+"""The log records as Grafana's ClickHouse plugin reads them in its OTel logs mode (the
+datasource's ``logs.defaultTable``, the Run timeline's logs panel): each record once
+(``FINAL``). A project credential's reads of it are scoped."""
 """OTLP log records in the OTel ClickHouse exporter's layout (Grafana's OTel logs mode), plus
 afr's columns; keyed by run like the spans (ADR 40)."""
 TRACE_ID_TS_TABLE = "otel_traces_trace_id_ts"
@@ -399,7 +404,15 @@ FROM {{db}}.{TRACE_ID_TS_TABLE}
             ),
         ),
         Migration(4, "failure signatures (ADR 34)", _failure_ddl()),
-        Migration(6, "OTLP log records (ADR 40)", (_logs_ddl(ttl_days),)),
+        Migration(
+            6,
+            "OTLP log records (ADR 40)",
+            (
+                _logs_ddl(ttl_days),
+                f"CREATE VIEW IF NOT EXISTS {{db}}.{LOGS_VIEW} AS "
+                f"SELECT * FROM {{db}}.{LOGS_TABLE} FINAL",
+            ),
+        ),
     )
 
 

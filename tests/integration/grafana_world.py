@@ -84,6 +84,8 @@ class Seeded:
     """sweep id -> its summary run id."""
     other_key: str = ""
     failures: FailureWorld | None = None
+    source_logs: int = 0
+    """Log records sent for the source run (each twice, and once to the other project)."""
 
     @property
     def run_ids(self) -> list[str]:
@@ -161,16 +163,64 @@ def seed(running: Running) -> Seeded:
     for run_id in seeded.run_ids:
         running.run(run_id)  # stored
     # Duplicates must stay duplicates in the table until the queries ran: no merges.
-    for table in ("otel_traces", "runs", "otel_traces_trace_id_ts"):
+    for table in ("otel_traces", "runs", "otel_traces_trace_id_ts", "otel_logs"):
         store.command(f"SYSTEM STOP MERGES {{db}}.{table}")
     for run_id in seeded.run_ids:
         redeliver(running, run_id)
     seeded.other_key = running.collector.keys.create(OTHER_PROJECT)
     redeliver(running, seeded.source_run_id, seeded.other_key)
+    # The source run's log records, delivered twice, and once to the other project.
+    logs = run_logs(running.run(seeded.source_run_id))
+    for key in (None, None, seeded.other_key):
+        answer = httpx.post(
+            running.http_url + "/v1/logs", json=logs, headers=running.headers(key), timeout=30
+        )
+        assert answer.status_code == 200, answer.text
+        assert running.collector.flush()  # one insert each: the copies stay two rows
+    seeded.source_logs = len(logs["resourceLogs"][0]["scopeLogs"][0]["logRecords"])
     source_otlp = running.api(f"/api/v1/runs/{seeded.source_run_id}/otlp").json()
     assert running.collector.flush()
     seeded.failures = seed_failures(running, source_otlp, datetime.now(UTC))
     return seeded
+
+
+def run_logs(run: dict[str, Any]) -> dict[str, Any]:
+    """OTLP/JSON log records of a run, as an instrumentation that logs GenAI events sends
+    them: one per model call (its span's id) and one with no span."""
+    records: list[dict[str, Any]] = []
+    for span in run["spans"]:
+        if span["span_type"] != "llm":
+            continue
+        records.append(
+            {
+                "timeUnixNano": str(span["end_time_unix_nano"]),
+                "traceId": span["trace_id"],
+                "spanId": span["span_id"],
+                "severityText": "INFO",
+                "severityNumber": 9,
+                "eventName": "gen_ai.client.inference.operation.details",
+                "body": {"stringValue": f"model call of {span['agent_name'] or 'an agent'}"},
+                "attributes": [
+                    {"key": "gen_ai.request.model", "value": {"stringValue": span["model"]}}
+                ],
+            }
+        )
+    start = run["run"]["start_ns"]
+    records.append(
+        {
+            "timeUnixNano": str(start + 1),
+            "traceId": run["run"]["run_id"],
+            "severityText": "WARN",
+            "severityNumber": 13,
+            "body": {"stringValue": "refund requested for order A-1001"},
+        }
+    )
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "refund-desk"}}]}
+    return {
+        "resourceLogs": [
+            {"resource": resource, "scopeLogs": [{"scope": {"name": "app"}, "logRecords": records}]}
+        ]
+    }
 
 
 def _send(running: Running, body: dict[str, Any]) -> None:

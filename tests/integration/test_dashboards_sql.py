@@ -398,6 +398,25 @@ def test_the_run_timeline_shows_each_span_once_and_the_failing_one_stands_out(
     )
 
 
+def test_the_run_timeline_shows_its_log_records_once_each_in_time_order(world: World) -> None:
+    """Delivered twice (merges stopped: both copies are in the table) and once to another
+    project: the logs panel shows the run's own records once each, linked to its trace."""
+    source = world.seeded.source_run_id
+    rows = timeline(world, "Log records", source)
+    assert len(rows) == world.seeded.source_logs == 4
+    stored = world.query(
+        f"SELECT count() FROM afr.otel_logs WHERE TraceId = '{source}' AND ProjectId = 'shop'"  # noqa: S608
+    )
+    assert stored.rows[0][0] == 2 * world.seeded.source_logs, "both deliveries are stored"
+    assert [r["timestamp"] for r in rows] == sorted(r["timestamp"] for r in rows)
+    assert {r["traceID"] for r in rows} == {source}
+    model_calls = {
+        s["span_id"] for s in world.running.run(source)["spans"] if s["span_type"] == "llm"
+    }
+    assert {r["spanID"] for r in rows} == model_calls | {""}
+    assert rows[0]["level"] == "WARN" and rows[0]["body"] == "refund requested for order A-1001"
+
+
 def test_the_selected_span_shows_what_it_got_and_returned(world: World) -> None:
     source = world.seeded.source_run_id
     selected = "Selected span: input and output"

@@ -256,6 +256,21 @@ def test_a_runs_log_records_are_in_its_read_api_answer(running: Running) -> None
     assert [entry["body"] for entry in body["logs"]] == ["first", "second"]
     assert {entry["span_id"] for entry in body["logs"]} == {f"{span_id:016x}"}
     assert body["logs"][0]["time_unix_nano"] == now + 1
+    # afr runs show: the records under the span tree, each with its span's name.
+    from datetime import UTC
+
+    from afr.runs.cli import show_lines
+    from afr.runs.client import RunsClient
+    from afr.runs.terminal import Terminal
+
+    client = RunsClient(running.http_url, running.key)
+    try:
+        shown = show_lines(client, trace_hex, Terminal(width=100, tz=UTC))
+    finally:
+        client.close()
+    start = shown.index("log records (2)")
+    assert [line.split()[-1] for line in shown[start + 1 : start + 3]] == ["first", "second"]
+    assert all("chat gpt-4.1-mini" in line for line in shown[start + 1 : start + 3])
     other = running.collector.keys.create("elsewhere-logs")
     assert running.api(f"/api/v1/runs/{trace_hex}", other).status_code == 404
     rows = running.store.query(

@@ -20,8 +20,19 @@ from afr.grafana.dashboards.common import (
     stat,
     table,
 )
-from afr.grafana.panels import FORMAT_TRACE, Grid, dashboard, link, override, panel, target, textbox
+from afr.grafana.panels import (
+    FORMAT_LOGS,
+    FORMAT_TRACE,
+    Grid,
+    dashboard,
+    link,
+    override,
+    panel,
+    target,
+    textbox,
+)
 from afr.grafana.queries import (
+    LOGS,
     RUN_ID,
     RUN_SPANS_FINAL,
     RUNS,
@@ -60,6 +71,19 @@ _RUN_SPANS = (
 )
 """The run's spans: between its own bounds, when it overlaps the dashboard's time range."""
 
+
+LOG_LIMIT = 1000
+_LOGS_SQL = f"""
+WITH {_RUN}
+SELECT Timestamp AS timestamp, Body AS body, SeverityText AS level, TraceId AS traceID,
+    SpanId AS spanID, EventName AS event, ServiceName AS service, LogAttributes AS labels
+FROM {LOGS}
+WHERE ProjectId = run_project AND TraceId = {RUN_ID}
+  AND run_end >= $__fromTime AND run_start <= $__toTime
+ORDER BY Timestamp, LogId
+LIMIT {LOG_LIMIT}
+"""
+"""The run's log records (keyed by run: no time bound of their own), each once."""
 
 _THIS_FAILURE_SQL = f"""
 WITH {_RUN},
@@ -413,6 +437,25 @@ def run_timeline() -> dict[str, Any]:
         ),
         24,
         11,
+    )
+    grid.add(
+        panel(
+            "logs",
+            "Log records",
+            [target(_LOGS_SQL, FORMAT_LOGS)],
+            description="The run's OTLP log records (GenAI content events and any record "
+            "with the run's trace id), redacted as stored, in time order: its level, event "
+            "and span; each links to the run's trace.",
+            options={
+                "showTime": True,
+                "wrapLogMessage": True,
+                "enableLogDetails": True,
+                "sortOrder": "Ascending",
+                "dedupStrategy": "none",
+            },
+        ),
+        24,
+        8,
     )
     grid.add(
         table(
