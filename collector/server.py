@@ -220,6 +220,7 @@ class Collector:
                 "failed_inserts": self.writer.failed_inserts,
                 "wal_bytes": self.wal.unreleased_bytes,
                 "wal_corrupt_records_skipped": self.wal.corrupt_records_skipped,
+                "wal_corrupt_bytes_skipped": self.wal.corrupt_bytes_skipped,
                 "pending_rows": self.wal.ready_rows,
                 "inserted_rows": self.writer.inserted_rows,
                 "insert_us_per_row": round(

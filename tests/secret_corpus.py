@@ -11,10 +11,10 @@ piece of one, found in what was stored (``LeakScanner``), in the stored text its
 URL-decoded, base64-decoded or JSON-decoded forms.
 
 ``all_kinds()`` adds the provider generators of ``tests/secretgen.py`` when that module
-exists (``PROVIDER_GENERATORS`` and ``secret_part``), and each format there that ends in a
-checksum damaged as ``SHAPES`` and ``damaged`` damage it: mistyped (the checksum fails),
-cut short and one character long — no longer valid, still one character from a working
-credential, so redacted all the same.
+exists (``PROVIDER_GENERATORS`` and ``secret_part``), and each prefix-distinctive format
+there (``SHAPES``) damaged as ``damaged`` damages it: mistyped (its checksum, if it has one,
+fails) and cut short, and a format that ends in a checksum also one character long — no
+longer valid, still one character from a working credential, so redacted all the same.
 """
 
 from __future__ import annotations
@@ -559,7 +559,7 @@ def _damaged_kind(shape: Any, damage: str, module: Any) -> Kind:
 
 def all_kinds() -> dict[str, Kind]:
     """The core kinds, plus one per provider of ``tests/secretgen.py`` when it exists and
-    one per damaged checksum-carrying format."""
+    one per damaged prefix-distinctive format."""
     kinds = dict(CORE_KINDS)
     try:
         module = importlib.import_module("tests.secretgen")
@@ -572,12 +572,16 @@ def all_kinds() -> dict[str, Kind]:
         kind = _provider_kind(name, generate, module.secret_part)
         kinds[kind.name] = kind
     for shape in module.SHAPES:
-        if shape.check == "checksum":
-            for damage in module.DAMAGES:
-                if damage != "valid":
-                    kind = _damaged_kind(shape, damage, module)
-                    kinds[kind.name] = kind
+        # Every prefix-distinctive format one character changed and one cut off (its check,
+        # if it has one, failing); one that ends in a checksum also one character long.
+        damages = module.DAMAGES[1:] if shape.check == "checksum" else _TYPO_AND_CUT
+        for damage in damages:
+            kind = _damaged_kind(shape, damage, module)
+            kinds[kind.name] = kind
     return kinds
+
+
+_TYPO_AND_CUT = ("mistyped", "cut_short")
 
 
 # --- finding leaks -----------------------------------------------------------------------

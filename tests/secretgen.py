@@ -322,12 +322,30 @@ def _grafana(rng: random.Random) -> str:
         return _glsa(rng)
     if kind == 1:
         return _grafana_cloud(rng)
+    return _grafana_legacy(rng)
+
+
+def _grafana_legacy(rng: random.Random) -> str:
+    """A legacy API key: the base64 of {"k":..,"n":..,"id":..}, so it opens eyJrIjoi."""
     legacy: dict[str, object] = {
         "k": chars(rng, ALNUM, 32),
         "n": f"svc-{_digits(rng, 3)}",
         "id": int(_digits(rng, 1)),
     }
     return _b64(json.dumps(legacy, separators=(",", ":")).encode())
+
+
+def _azure_identifiable(rng: random.Random) -> str:
+    """A Microsoft identifiable key: 84 characters, or 86 and "=="."""
+    tail = chars(rng, ALNUM, 4) if rng.randrange(2) else chars(rng, ALNUM, 6) + "=="
+    return (
+        chars(rng, ALNUM, 52)
+        + "JQQJ99"
+        + chars(rng, UPPER, 2)
+        + "ACAAAAAAAAAAAAAS"
+        + rng.choice(["AZDO", "AZFU"])
+        + tail
+    )
 
 
 def _sentry(rng: random.Random) -> str:
@@ -436,14 +454,7 @@ PROVIDER_GENERATORS: dict[str, Generator] = {
     "azure_connection_string": _azure_connection,
     "azure_sas_token": _azure_sas,
     "azure_ad_client_secret": _azure_ad,
-    "azure_identifiable_key": lambda rng: (
-        chars(rng, ALNUM, 52)
-        + "JQQJ99"
-        + chars(rng, UPPER, 2)
-        + "ACAAAAAAAAAAAAAS"
-        + rng.choice(["AZDO", "AZFU"])
-        + chars(rng, ALNUM, 4)
-    ),
+    "azure_identifiable_key": _azure_identifiable,
     "gcp_service_account": _gcp,
     "google_oauth_secret": _fixed("GOCSPX-", B64URL, 28),
     "google_oauth_token": _either(_fixed("ya29.", B64URL, 150), _fixed("1//0", B64URL, 100)),
@@ -901,6 +912,7 @@ SHAPES: tuple[Shape, ...] = (
         "grafana_token",
         ("service_account", _glsa, "checksum"),
         ("cloud", _grafana_cloud, "payload"),
+        ("legacy", _grafana_legacy, "payload"),
     ),
     *_shapes(
         "newrelic_key",
@@ -915,6 +927,9 @@ SHAPES: tuple[Shape, ...] = (
     Shape("notion_token", "ntn", lambda rng: "ntn_" + _digits(rng, 9) + chars(rng, ALNUM, 37)),
     Shape("mapbox_token", "secret", PROVIDER_GENERATORS["mapbox_token"], "payload"),
     Shape("groq_key", "key", PROVIDER_GENERATORS["groq_key"], "payload"),
+    # A marker inside the token marks it as a prefix does.
+    Shape("azure_identifiable_key", "key", PROVIDER_GENERATORS["azure_identifiable_key"]),
+    Shape("telegram_bot_token", "bot", PROVIDER_GENERATORS["telegram_bot_token"]),
     *_plain(*_UNCHECKED),
     # rules.py's prefixed detectors.
     Shape("aws_access_key", "key_id", _fixed("AKIA", UPPER + "234567", 16, UPPER + "234567")),
@@ -933,9 +948,9 @@ GENERIC_SHAPES = frozenset(
         "airtable_token",  # pat<14>.<64 hex>: "pat" is a common word
         "alibaba_secret", "cohere_key", "datadog_key", "mistral_key", "okta_token",  # keyed
         "asana_token",  # <n>/<16 digits>:<32>
-        "azure_ad_client_secret", "azure_identifiable_key", "azure_storage_key",
+        "azure_ad_client_secret", "azure_storage_key",
         "azure_connection_string", "azure_sas_token", "gcp_service_account",  # contexts
-        "discord_bot_token", "telegram_bot_token",  # <base64 id>.<6>.<27>, <id>:AA<33>
+        "discord_bot_token",  # <base64 id>.<6>.<27>
         "mailchimp_key", "mailgun_key",  # <32 hex>-us<n>, key-<32 hex>
         "twilio_key",  # AC/SK<32 hex>
     }
@@ -962,7 +977,8 @@ def typos(token: str) -> Iterator[str]:
 
 
 def damaged(token: str, damage: str) -> str:
-    """``token`` as ``damage`` (one of ``DAMAGES``) leaves it."""
+    """``token`` as ``damage`` (one of ``DAMAGES``) leaves it. A token run on by a character
+    gets it before its base64 padding ("=="), which ends it."""
     if damage == "valid":
         return token
     if damage == "mistyped":
@@ -971,5 +987,6 @@ def damaged(token: str, damage: str) -> str:
         return token[:-1]
     if damage == "one_long":
         alphabet = _alphabet(token)
-        return token + alphabet[len(token) % len(alphabet)]
+        stem = token.rstrip("=")
+        return stem + alphabet[len(token) % len(alphabet)] + token[len(stem) :]
     raise ValueError(f"no such damage: {damage}")

@@ -18,8 +18,10 @@ Grafana, Atlassian and Bitbucket: CRC32 in hex; age: Bech32) or a payload that d
 (the JSON inside Grafana, Sentry, 1Password, Mapbox and GitHub's JWT-shaped tokens, the
 base64 of Artifactory's reference tokens, Groq's marker). Where the shape is generic — no
 prefix, or one as common as ``secret_``, ``AC``/``SK``, ``sk_`` or ``key-`` — lengths
-stay exact (or narrow) and the check still decides: Discord's base64 user id, Grafana's
-legacy JSON keys, Azure's key sizes.
+stay exact (or narrow) and the check still decides: Discord's base64 user id, Azure's
+storage key size. A marker inside a token marks it as a prefix does (New Relic's
+``FFFFNRAL`` suffix, Microsoft's ``JQQJ9`` signature, Telegram's ``:AA``): there the
+random part's length is a window too.
 
 Providers whose keys carry no prefix (Datadog, Cloudflare's pre-2026 tokens, Mistral,
 Cohere, Okta, Azure account keys...) are only recognised after a keyword naming them, as
@@ -266,7 +268,8 @@ def _grafana(value: str) -> str | None:
         return value if looks_random(body) and _classes(body) >= 2 else None
     if value.startswith("glc_"):
         return value if looks_random(value[4:], 64) else None
-    return value if _json_object(value, "k", "n") else None  # legacy: no prefix of its own
+    # Legacy: eyJrIjoi is the base64 of '{"k":"', a prefix no other format opens with.
+    return value if looks_random(value[8:].rstrip("="), 64) else None
 
 
 def _grafana_verified(value: str) -> bool:
@@ -276,7 +279,7 @@ def _grafana_verified(value: str) -> bool:
         return len(value) == 46 and value[37:38] == "_" and value[38:] == checksum
     if value.startswith("glc_"):
         return _json_object(value[4:], "k")  # {"o":..,"n":..,"k":..}
-    return True  # a legacy key is accepted only when its JSON decodes
+    return _json_object(value, "k", "n")  # legacy: {"k":..,"n":..,"id":..}
 
 
 def _discord_bot(value: str) -> str | None:
@@ -383,8 +386,8 @@ def _cloudflare(value: str) -> str | None:
 
 def _newrelic(value: str) -> str | None:
     if value.endswith("FFFFNRAL"):  # <32 hex> or eu01xx<26 hex>, then FFFFNRAL
-        body = value[:-8]
-        ok = len(body) == 32 and looks_random(body.removeprefix("eu01xx"), 16)
+        body = value[:-8]  # its length a window: the marker, not the length, says what it is
+        ok = 30 <= len(body) <= 36 and looks_random(body.removeprefix("eu01xx"), 16)
         return value if ok else None
     return value if looks_random(value[5:], 36) else None
 
@@ -403,8 +406,10 @@ def _mailgun(value: str) -> str | None:
 # Counted runs at a word start ("[A-Za-z0-9]{52}JQQJ9") make RE2's DFA track every
 # length at once; these patterns take the run unbounded and check its length here.
 def _azure_identifiable(value: str) -> str | None:
-    # 52 random, JQQJ9 + version, then a block with the service signature (AZDO, AZFU...)
-    return value if value.find("JQQJ9") == 52 and looks_random(value[:52]) else None
+    # 52 random, JQQJ9 + version, then a block with the service signature (AZDO, AZFU...);
+    # the signature marks the key, so the random part's length is a window (50-56).
+    at = value.find("JQQJ9")
+    return value if 50 <= at <= 56 and looks_random(value[:at]) else None
 
 
 def _terraform(value: str) -> str | None:
@@ -551,8 +556,8 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"\b[MNO][A-Za-z0-9_-]+\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
         _discord_bot,
     ),
-    # <bot id>:AA<33> (gl telegram-bot-api-token, th, cs).
-    Detector("telegram_bot_token", r"\b[0-9]+:AA[A-Za-z0-9_-]{33}", _telegram),
+    # <bot id>:AA<33> (gl telegram-bot-api-token, th, cs), from two short to four long.
+    Detector("telegram_bot_token", r"\b[0-9]+:AA[A-Za-z0-9_-]{31,37}", _telegram),
     # --- cloud -----------------------------------------------------------------------------
     # Azure storage account keys (88-character base64) after a keyword naming them,
     # including AccountKey= in connection strings (th azure_storage).
@@ -590,7 +595,8 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     # JQQJ9 + version, then a block with the service signature (AZDO, AZFU...) (cs).
     Detector(
         "azure_identifiable_key",
-        r"\b[A-Za-z0-9]+JQQJ9[9DH][A-Za-z0-9]{26}(?:[A-Za-z0-9]{2}==|[A-Za-z0-9]{4})?\b",
+        # 84 characters, or 86 and "==": after the version 26 or 28, give or take.
+        r"\b[A-Za-z0-9]+JQQJ9[9DH][A-Za-z0-9]{24,32}(?:={1,2}|\b)",
         _azure_identifiable,
     ),
     # GCP service-account JSON, also escaped inside another JSON string; its PEM is

@@ -22,11 +22,12 @@ marker ``\\xfeREC`` cannot occur in a payload (UTF-8 JSON never holds the byte 0
 Recovery reads records in order. A bad record (marker, length check or CRC wrong) is
 skipped by scanning forward to the next offset where marker, length check and CRC all hold,
 so one damaged record costs only itself; the bytes and records skipped are counted and
-logged per segment (never their content). A torn tail (a record cut short by the end of the
-file, or zeros to the end: a crash during a write that was therefore never acknowledged) is
-ignored with a warning, as before. Segments of format 1 (records ``<u32 length><u32
-crc32><payload>`` from the first byte, no header) are still read; in them a bad record ends
-the segment, as it always did.
+logged per segment with their byte offsets (never their content), and their totals are on
+``/healthz`` (``wal_corrupt_records_skipped``, ``wal_corrupt_bytes_skipped``). A torn tail
+(a record cut short by the end of the file, or zeros to the end: a crash during a write
+that was therefore never acknowledged) is ignored with a warning, as before. Segments of
+format 1 (records ``<u32 length><u32 crc32><payload>`` from the first byte, no header) are
+still read; in them a bad record ends the segment, as it always did.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import os
 import struct
 import threading
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -91,9 +92,13 @@ class SegmentRead:
     corrupt_records: int = 0
     """Bad records among them: a lower bound, as a record whose header is destroyed (a
     zeroed page) cannot be told from its neighbour."""
+    skipped: list[tuple[int, int]] = field(default_factory=list)
+    """Where: each skipped stretch as (first byte, byte after it), in file order."""
 
 
 _INTACT, _CUT_SHORT, _BAD = range(3)
+_LOGGED_STRETCHES = 8
+"""Stretches a warning names by offset; beyond them it says how many more."""
 
 
 def _record_at(data: bytes, offset: int) -> tuple[int, int]:
@@ -131,7 +136,6 @@ def _resync(data: bytes, offset: int) -> tuple[int, int | None]:
 
 def _read_records(name: str, data: bytes, offset: int) -> SegmentRead:
     read = SegmentRead([])
-    stretches = 0
     while offset < len(data):
         status, end = _record_at(data, offset)
         if status == _INTACT:
@@ -143,7 +147,7 @@ def _read_records(name: str, data: bytes, offset: int) -> SegmentRead:
             cut_short = offset  # zeros to the end: space allocated, never written
         bad_end = resume if cut_short is None else cut_short
         if bad_end > offset:
-            stretches += 1
+            read.skipped.append((offset, bad_end))
             read.corrupt_bytes += bad_end - offset
             # The bad record here, and every record header seen after it in the stretch.
             unmarked = data[offset : offset + len(_MARKER)] != _MARKER
@@ -151,17 +155,25 @@ def _read_records(name: str, data: bytes, offset: int) -> SegmentRead:
         if cut_short is not None:
             logger.warning("write-ahead log %s: torn record at byte %d ignored", name, cut_short)
         offset = resume
-    if stretches:
+    if read.skipped:
         logger.warning(
-            "write-ahead log %s: skipped %d corrupt bytes in %d places (at least %d records); "
-            "recovered the %d intact records around them",
+            "write-ahead log %s: skipped %d corrupt bytes in %d places (at least %d records) "
+            "at bytes %s; recovered the %d intact records around them",
             name,
             read.corrupt_bytes,
-            stretches,
+            len(read.skipped),
             read.corrupt_records,
+            _stretches(read.skipped),
             len(read.payloads),
         )
     return read
+
+
+def _stretches(skipped: list[tuple[int, int]]) -> str:
+    """``4120-4388, 9000-9120`` (end exclusive), the first few and how many more."""
+    named = ", ".join(f"{start}-{end}" for start, end in skipped[:_LOGGED_STRETCHES])
+    more = len(skipped) - _LOGGED_STRETCHES
+    return f"{named} and {more} more" if more > 0 else named
 
 
 def _read_format_1(name: str, data: bytes) -> SegmentRead:
@@ -194,6 +206,7 @@ def read_segment(path: Path) -> SegmentRead:
         logger.warning("write-ahead log %s: damaged segment header ignored", path.name)
         read = _read_records(path.name, data, start)
         read.corrupt_bytes += start
+        read.skipped.insert(0, (0, start))
         return read
     return _read_format_1(path.name, data)
 
@@ -221,6 +234,7 @@ class WriteAheadLog:
         self.corrupt_records_skipped = 0
         """Bad records ``open`` skipped (a lower bound, see ``SegmentRead``)."""
         self.corrupt_bytes_skipped = 0
+        """Bytes ``open`` skipped because they did not check out (torn tails not counted)."""
         self._segment_number = 0
         self._segment_dirty = False
         self._file: BinaryIO = _CLOSED

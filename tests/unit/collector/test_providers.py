@@ -246,6 +246,16 @@ def test_the_redactor_replaces_a_prefixed_token_whatever_its_checksum(
         assert shape.detector in fired, record.redactions
 
 
+@pytest.mark.parametrize("length", [30, 31, 33, 36])
+def test_a_new_relic_license_key_is_found_by_its_marker_whatever_its_length(length: int) -> None:
+    """<32 hex>FFFFNRAL: the suffix marks the key, a body one character short or long
+    (damage ``damaged`` cannot do: it would damage the marker) is one all the same."""
+    for seed in SEEDS:
+        key = chars(random.Random(f"nral:{length}:{seed}"), HEX, length) + "FFFFNRAL"
+        _assert_found("newrelic_key", key)
+    assert findings("0" * 31 + "FFFFNRAL") == [], "a placeholder stays"
+
+
 @pytest.mark.parametrize("shape", [s for s in SHAPES if s.check], ids=_shape_id)
 def test_the_format_check_tells_a_valid_token_from_a_typo(shape: Shape) -> None:
     """``verify`` passes the valid token and fails a one-character typo, which is still

@@ -2,9 +2,11 @@
 
 A damaged record costs only itself: every intact record around it comes back exactly once,
 in order, and nothing damaged comes back. The matrix covers each field of a record (marker,
-length, length check, CRC, payload) in the first, a middle and the last record, damage
-spanning records (two in a row, a zeroed page), damage next to a torn tail, payloads that
-hold the marker, a damaged segment header and segments in the format before the marker.
+length, length check, CRC, payload) in the first, a middle (the 16th of 30), the
+last-but-one and the last record, a checked length pointing past the end of the file,
+damage spanning records (two in a row, three apart, every other one, a zeroed page), damage
+next to a torn tail, payloads that hold the marker, a damaged segment header and segments
+in the format before the marker.
 Sweeps flip every byte, cut the file at every length and zero a window at every offset of a
 small log.
 
@@ -31,7 +33,8 @@ MARKER = b"\xfeREC"
 RECORD = struct.Struct("<4sIII")  # marker, length, length ^ 0xffffffff, crc32(payload)
 FORMAT_1 = struct.Struct("<II")  # length, crc32(payload), no segment header
 RECORDS = 30
-FIRST, MIDDLE, LAST = 0, 15, RECORDS - 1
+FIRST, MIDDLE, LAST_BUT_ONE, LAST = 0, 15, RECORDS - 2, RECORDS - 1  # MIDDLE: 16th of 30
+WHERE = [("first", FIRST), ("middle", MIDDLE), ("last-but-one", LAST_BUT_ONE), ("last", LAST)]
 
 
 def rows(count: int = RECORDS) -> list[bytes]:
@@ -198,17 +201,17 @@ MATRIX: dict[str, tuple[Damage, set[int], set[int]]] = {
             ("length check", CHECK_AT),
             ("crc", CRC_AT),
         ]
-        for where, index in [("first", FIRST), ("middle", MIDDLE), ("last", LAST)]
+        for where, index in WHERE
     },
     **{
         f"checked length {name} in the {where} record": (length_to(length, index), {index}, {index})
         for name, length in [("shorter", shorter), ("longer", longer)]
-        for where, index in [("first", FIRST), ("middle", MIDDLE)]
+        for where, index in WHERE[:3]
     },
     **{
         f"checked length {name} in the {where} record": (length_to(length, index), {index}, {index})
         for name, length in [("past the end", past_the_end), ("huge", huge)]
-        for where, index in [("first", FIRST), ("middle", MIDDLE)]
+        for where, index in WHERE[:3]
     },
     "checked length shorter in the last record": (length_to(shorter, LAST), {LAST}, {LAST}),
     # A checked length past the end in the last record is what a torn write looks like.
@@ -224,6 +227,11 @@ MATRIX: dict[str, tuple[Damage, set[int], set[int]]] = {
         {15, 16},
     ),
     "two apart": (flip(PAYLOAD, 3, 20), {3, 20}, {3, 20}),
+    "three apart (payload, length, crc)": (
+        then(flip(PAYLOAD, FIRST), flip(LENGTH_AT, MIDDLE), flip(CRC_AT, LAST_BUT_ONE)),
+        {FIRST, MIDDLE, LAST_BUT_ONE},
+        {FIRST, MIDDLE, LAST_BUT_ONE},
+    ),
     "the first two (marker, then payload)": (
         then(flip(MARKER_AT, 0, mask=0xFF), flip(PAYLOAD, 1)),
         {0, 1},
@@ -263,9 +271,22 @@ def test_every_intact_record_survives_damage_to_others(tmp_path: Path, case: str
 
     intact = [payload for index, payload in enumerate(payloads) if index not in lost]
     assert recovered.payloads == intact, "every intact record once, in order, nothing else"
+    assert len(set(recovered.payloads)) == len(recovered.payloads), "none twice"
     assert recovered.rows == len(intact)
     assert recovered.corrupt_records == len(counted)
     assert recovered.corrupt_bytes == sum(layout.size(index) for index in counted)
+    assert read_segment(segment).skipped == stretches_of(layout, counted)
+
+
+def stretches_of(layout: Layout, indexes: set[int]) -> list[tuple[int, int]]:
+    """The byte ranges the records ``indexes`` cover, neighbours joined."""
+    stretches: list[tuple[int, int]] = []
+    for index in sorted(indexes):
+        if stretches and stretches[-1][1] == layout.starts[index]:
+            stretches[-1] = (stretches[-1][0], layout.ends[index])
+        else:
+            stretches.append((layout.starts[index], layout.ends[index]))
+    return stretches
 
 
 def test_damage_is_logged_as_figures_never_content(
@@ -282,10 +303,32 @@ def test_damage_is_logged_as_figures_never_content(
         recover(tmp_path)
 
     messages = [record.getMessage() for record in caplog.records]
-    skipped = f"{segment.name}: skipped {layout.size(MIDDLE)} corrupt bytes in 1 places"
+    skipped = (
+        f"{segment.name}: skipped {layout.size(MIDDLE)} corrupt bytes in 1 places (at least 1 "
+        f"records) at bytes {layout.starts[MIDDLE]}-{layout.ends[MIDDLE]}; recovered the "
+        f"{RECORDS - 2} intact records"
+    )
     assert any(skipped in message for message in messages), messages
     assert any(f"torn record at byte {layout.starts[LAST]}" in message for message in messages)
     assert not any("span " in message or "shop" in message for message in messages)
+
+
+def test_a_warning_names_the_first_stretches_and_counts_the_rest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    payloads = rows()
+    segment = write_log(tmp_path, payloads)
+    data = bytearray(segment.read_bytes())
+    layout = layout_of(data, payloads)
+    damaged = list(range(0, RECORDS, 2))  # 15 apart
+    segment.write_bytes(flip(PAYLOAD, *damaged)(data, layout))
+
+    with caplog.at_level(logging.WARNING, logger="afr.collector.wal"):
+        recover(tmp_path)
+
+    named = ", ".join(f"{layout.starts[i]}-{layout.ends[i]}" for i in damaged[:8])
+    (message,) = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert f"in 15 places (at least 15 records) at bytes {named} and 7 more;" in message
 
 
 @pytest.mark.parametrize("page_at", [4096, 4096 + 1234], ids=["aligned", "unaligned"])
