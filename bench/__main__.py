@@ -12,6 +12,7 @@ from bench import (
     eval_bench,
     exporter_bench,
     failures_bench,
+    logs_bench,
     read_bench,
     storage_bench,
     testbed_bench,
@@ -29,6 +30,7 @@ BENCHES: dict[str, Callable[[], object]] = {
     "storage": storage_bench.main,
     "testbed": testbed_bench.main,
     "bisect": bisect_bench.main,
+    "logs": logs_bench.main,
 }
 
 
