@@ -68,6 +68,16 @@ RECORDINGS = (
 PLAIN_GENAI = Recording(
     "plain_genai.json", "genai", "responses", PLAIN_GENAI_TYPES, "invoke_agent Triage Agent"
 )
+PLAIN_GENAI_PREVIOUS = Recording(
+    "plain_genai_previous.json",
+    "genai",
+    "responses",
+    PLAIN_GENAI_TYPES,
+    "invoke_agent Triage Agent",
+)
+"""The same run in the generation of the conventions before (NOTES.md): ``gen_ai.system``,
+prompt/completion token names, content as ``gen_ai.content.prompt``/``completion`` span
+events in chat format."""
 
 
 def request_body(recording: Recording) -> dict[str, Any]:

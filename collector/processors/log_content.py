@@ -19,7 +19,7 @@ from typing import Any
 
 from collector.model import SpanRecord
 
-__all__ = ["CONTENT_EVENTS", "attach_log_content"]
+__all__ = ["CONTENT_EVENTS", "attach_event_content", "attach_log_content", "chat_messages"]
 
 OPERATION_DETAILS = "gen_ai.client.inference.operation.details"
 _ROLE_EVENTS = {
@@ -29,7 +29,11 @@ _ROLE_EVENTS = {
     "gen_ai.tool.message": "tool",
 }
 _CHOICE = "gen_ai.choice"
-CONTENT_EVENTS = frozenset({OPERATION_DETAILS, _CHOICE, *_ROLE_EVENTS})
+_PROMPT = "gen_ai.content.prompt"
+_COMPLETION = "gen_ai.content.completion"
+"""Semantic conventions up to 1.26: the whole prompt and completion as span events
+(``gen_ai.prompt`` / ``gen_ai.completion`` attributes, chat-format JSON)."""
+CONTENT_EVENTS = frozenset({OPERATION_DETAILS, _CHOICE, _PROMPT, _COMPLETION, *_ROLE_EVENTS})
 _INPUT = "gen_ai.input.messages"
 _OUTPUT = "gen_ai.output.messages"
 _SYSTEM = "gen_ai.system_instructions"
@@ -75,6 +79,33 @@ def _parts(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     return parts
 
 
+def _tool_result(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool message's part: ``result`` as the current conventions name it."""
+    return {
+        "type": "tool_call_response",
+        "id": fields.get("id") or fields.get("tool_call_id"),
+        "result": fields.get("content"),
+    }
+
+
+def chat_messages(messages: list[Any]) -> list[dict[str, Any]] | None:
+    """Chat-format messages (``{"role", "content", "tool_calls", "tool_call_id"}``, what the
+    earlier conventions recorded) in the current conventions' shape (``role`` and
+    ``parts``); None unless every item is such a message. Messages already in the current
+    shape are kept as they are."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            return None
+        if isinstance(message.get("parts"), list):
+            out.append(message)
+        elif message["role"] == "tool":
+            out.append({"role": "tool", "parts": [_tool_result(message)]})
+        else:
+            out.append({"role": message["role"], "parts": _parts(message)})
+    return out
+
+
 def _event(row: Mapping[str, Any]) -> str:
     attributes = row.get("attributes") or {}
     return str(row.get("event_name") or attributes.get("event.name") or "")
@@ -109,14 +140,16 @@ def _content(rows: Iterable[Mapping[str, Any]]) -> tuple[Any, Any, Any]:
             role = str(fields.get("role") or _ROLE_EVENTS[event])
             message: dict[str, Any] = {"role": role, "parts": _parts(fields)}
             if role == "tool":
-                message["parts"] = [
-                    {
-                        "type": "tool_call_response",
-                        "id": fields.get("id") or fields.get("tool_call_id"),
-                        "response": fields.get("content"),
-                    }
-                ]
+                message["parts"] = [_tool_result(fields)]
             inputs.append(message)
+        elif event in (_PROMPT, _COMPLETION):
+            raw = attributes.get("gen_ai.prompt" if event == _PROMPT else "gen_ai.completion")
+            parsed = _json(raw) if raw else None
+            converted = chat_messages(parsed) if isinstance(parsed, list) else None
+            if converted is None and raw:
+                role = "user" if event == _PROMPT else "assistant"
+                converted = [{"role": role, "parts": [{"type": "text", "content": raw}]}]
+            (inputs if event == _PROMPT else outputs).extend(converted or [])
         elif event == _CHOICE:
             inner = fields.get("message")
             choice: Mapping[str, Any] = inner if isinstance(inner, dict) else fields
@@ -136,6 +169,44 @@ def _content(rows: Iterable[Mapping[str, Any]]) -> tuple[Any, Any, Any]:
         given_output if given_output is not None else (outputs or None),
         system,
     )
+
+
+def _fields(attributes: Mapping[str, str]) -> dict[str, Any]:
+    """A span event's attributes as the fields a log record's body would hold (values that
+    are JSON text parsed: ``tool_calls``, ``message``)."""
+    out: dict[str, Any] = {}
+    for key, value in attributes.items():
+        parsed = _json(value) if key != "content" else None
+        out[key] = parsed if parsed is not None else value
+    return out
+
+
+def attach_event_content(record: SpanRecord) -> bool:
+    """The earlier conventions' content span events (per message, or the whole prompt and
+    completion) as the model-call span's input and output when its attributes had none
+    (the ingest normalizer calls it); True when it filled either."""
+    if record.input and record.output:
+        return False
+    rows = [
+        {
+            "event_name": name,
+            "attributes": attributes,
+            "body": _dumps(_fields(attributes)),
+        }
+        for name, attributes in zip(record.event_names, record.event_attributes, strict=False)
+        if name in CONTENT_EVENTS
+    ]
+    if not rows:
+        return False
+    given_input, given_output, _ = _content(rows)
+    filled = False
+    if not record.input and given_input is not None:
+        record.input = given_input if isinstance(given_input, str) else _dumps(given_input)
+        filled = True
+    if not record.output and given_output is not None:
+        record.output = given_output if isinstance(given_output, str) else _dumps(given_output)
+        filled = True
+    return filled
 
 
 def attach_log_content(records: list[SpanRecord], logs: Sequence[Mapping[str, Any]]) -> set[str]:

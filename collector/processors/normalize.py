@@ -33,6 +33,7 @@ from afr_exporter.semconv import (
     RUN_KINDS,
 )
 from collector.model import SpanRecord, escape_surrogates
+from collector.processors.log_content import attach_event_content
 from collector.processors.tool_calls import link_tool_calls, native_tool_call_id
 
 __all__ = [
@@ -219,6 +220,8 @@ def _genai_common(record: SpanRecord) -> None:
         _bodies(record, "gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
     elif record.span_type == "llm":
         _bodies(record, "gen_ai.input.messages", "gen_ai.output.messages")
+        if record.event_names and not (record.input and record.output):
+            attach_event_content(record)  # the earlier conventions: content as span events
 
 
 def _afr(record: SpanRecord) -> None:

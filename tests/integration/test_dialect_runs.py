@@ -23,6 +23,7 @@ from collector.store.schema import SPANS_TABLE
 from replay_worker.replay.fixture import build_fixture
 from tests.dialects import (
     PLAIN_GENAI,
+    PLAIN_GENAI_PREVIOUS,
     RECORDINGS,
     SDK_TOOL_ERROR,
     SDK_TYPES,
@@ -38,7 +39,7 @@ AFR = {
     "responses": Recording("afr (live)", "afr", "responses", SDK_TYPES, "refund-desk"),
     "chat": Recording("afr (live)", "afr", "chat", SDK_TYPES, "refund-desk"),
 }
-CASES = [*RECORDINGS, PLAIN_GENAI, *AFR.values()]
+CASES = [*RECORDINGS, PLAIN_GENAI, PLAIN_GENAI_PREVIOUS, *AFR.values()]
 AGENTS = ["Refund Agent", "Triage Agent"]
 # Ids the tool spans carry themselves (handoff tool calls included).
 NATIVE = {"genai": {"call_handoff_1"}}.get
@@ -153,9 +154,56 @@ def test_the_run_reads_back_the_same_whatever_the_batching(
         (tool,) = [s for s in spans if s["span_type"] == "tool"]
         assert (tool["tool_name"], tool["tool_call_id"]) == ("refund_order", "call_refund_1")
         assert all(s["input"] for s in spans if s["span_type"] == "llm")
-        if recording is not PLAIN_GENAI:
+        if recording not in (PLAIN_GENAI, PLAIN_GENAI_PREVIOUS):
             assert summary["failing_error_type"] == SDK_TOOL_ERROR
             assert tool["error_type"] == SDK_TOOL_ERROR
+
+
+def _messages(text: str) -> list[tuple[str, str, str]]:
+    """A span body's messages as (role, part type, what it says), whatever the generation."""
+    return [
+        (
+            str(m["role"]),
+            str(p.get("type")),
+            json.dumps(
+                p.get("content") or p.get("arguments") or p.get("result") or p.get("response"),
+                sort_keys=True,
+            ),
+        )
+        for m in json.loads(text)
+        for p in m["parts"]
+        if m["role"] != "system"
+    ]
+
+
+def test_both_generations_of_the_genai_conventions_give_the_same_run(collector: Running) -> None:
+    """The current names (gen_ai.provider.name, content in gen_ai.input/output.messages) and
+    the ones before (gen_ai.system, prompt/completion token names, content as span events in
+    chat format): one span model, span by span, and the same messages."""
+    runs = [
+        collector.run(ingest(collector, request_body(recording), "whole trace, gRPC"))
+        for recording in (PLAIN_GENAI, PLAIN_GENAI_PREVIOUS)
+    ]
+    current, previous = ({s["span_id"]: s for s in run["spans"]} for run in runs)
+    assert current.keys() == previous.keys()
+    fields = ("span_type", "agent_name", "tool_name", "tool_call_id", "model", "error_type")
+    for span_id, span in current.items():
+        before = previous[span_id]
+        assert {f: before[f] for f in fields} == {f: span[f] for f in fields}, span["name"]
+        assert (before["input_tokens"], before["output_tokens"]) == (
+            span["input_tokens"],
+            span["output_tokens"],
+        )
+        if span["span_type"] == "llm":
+            assert _messages(before["input"]) == _messages(span["input"])
+            assert _messages(before["output"]) == _messages(span["output"])
+    summary = ("workflow", "agents", "input_tokens", "output_tokens", "status", "signature")
+    assert {k: runs[1]["run"][k] for k in summary} == {k: runs[0]["run"][k] for k in summary}
+    # What a replay takes from it: the same agents (instructions from the system message
+    # where the earlier conventions had no attribute for them) and tool calls.
+    now, then = (build_fixture(run) for run in runs)
+    assert then.agents == now.agents
+    assert then.tool_calls == now.tool_calls
 
 
 def test_the_placeholder_agent_is_no_agent(

@@ -110,7 +110,7 @@ def _texts(messages: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
         (
             m["role"],
             str(p.get("type")),
-            str(p.get("content") or p.get("name") or p.get("response") or ""),
+            str(p.get("content") or p.get("name") or p.get("result") or p.get("response") or ""),
         )
         for m in messages
         for p in m["parts"]
