@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["ScriptedModelServer", "ScriptedToolCall", "ScriptedTurn"]
+__all__ = ["ScriptedModelServer", "ScriptedToolCall", "ScriptedTurn", "ScriptedUsage"]
 
 _MAX_REQUEST_BYTES = 32 * 1024 * 1024
 
@@ -42,9 +42,24 @@ class ScriptedToolCall:
 
 
 @dataclass(frozen=True)
+class ScriptedUsage:
+    """The usage a turn reports instead of the estimate: totals and their cached and
+    reasoning parts, as OpenAI's APIs report them (``input_tokens_details.cached_tokens``,
+    ``output_tokens_details.reasoning_tokens``; Chat Completions' ``prompt_tokens_details``
+    and ``completion_tokens_details``)."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+@dataclass(frozen=True)
 class ScriptedTurn:
     """One model answer: tool calls, a final text message, or (``error_status``) a failed
-    model call: an HTTP error status with ``error_message``."""
+    model call: an HTTP error status with ``error_message``. ``usage``: the usage it
+    reports (else an estimate from the request's and answer's sizes, nothing cached)."""
 
     text: str | None = None
     tool_calls: tuple[ScriptedToolCall, ...] = ()
@@ -54,6 +69,7 @@ class ScriptedTurn:
     variants: tuple[ScriptedTurn, ...] = ()
     """A flaky model: the k-th time this turn is served (from 0) it answers as
     ``(self, *variants)[k % (1 + len(variants))]``, each with its own guard."""
+    usage: ScriptedUsage | None = None
 
     def __post_init__(self) -> None:
         if self.error_status is not None:
@@ -149,8 +165,10 @@ def _responses_body(turn: ScriptedTurn, request: dict[str, Any], index: int) -> 
             }
             for n, call in enumerate(turn.tool_calls)
         ]
-    input_tokens = _estimate_tokens(request)
-    output_tokens = _estimate_tokens(output)
+    usage = turn.usage or ScriptedUsage(_estimate_tokens(request), _estimate_tokens(output))
+    input_details: dict[str, int] = {"cached_tokens": usage.cached_tokens}
+    if usage.cache_write_tokens:
+        input_details["cache_write_tokens"] = usage.cache_write_tokens
     return {
         "id": f"resp_scripted_{index}",
         "object": "response",
@@ -170,11 +188,11 @@ def _responses_body(turn: ScriptedTurn, request: dict[str, Any], index: int) -> 
         "incomplete_details": None,
         "text": {"format": {"type": "text"}},
         "usage": {
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "total_tokens": input_tokens + output_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+            "input_tokens_details": input_details,
+            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         },
     }
 
@@ -190,8 +208,36 @@ def _chat_body(turn: ScriptedTurn, request: dict[str, Any], index: int) -> dict[
             }
             for call in turn.tool_calls
         ]
-    prompt_tokens = _estimate_tokens(request)
-    completion_tokens = _estimate_tokens(message)
+    return _chat_answer(turn, request, index, message, turn.usage)
+
+
+def _chat_answer(
+    turn: ScriptedTurn,
+    request: dict[str, Any],
+    index: int,
+    message: dict[str, Any],
+    usage: ScriptedUsage | None,
+) -> dict[str, Any]:
+    reported: dict[str, Any]
+    if usage is None:  # as before usage could be scripted: no details at all
+        prompt_tokens = _estimate_tokens(request)
+        completion_tokens = _estimate_tokens(message)
+        reported = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+    else:
+        prompt_details: dict[str, int] = {"cached_tokens": usage.cached_tokens}
+        if usage.cache_write_tokens:
+            prompt_details["cache_write_tokens"] = usage.cache_write_tokens
+        reported = {
+            "prompt_tokens": usage.input_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+            "prompt_tokens_details": prompt_details,
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        }
     return {
         "id": f"chatcmpl-scripted-{index}",
         "object": "chat.completion",
@@ -204,11 +250,7 @@ def _chat_body(turn: ScriptedTurn, request: dict[str, Any], index: int) -> dict[
                 "finish_reason": "tool_calls" if turn.tool_calls else "stop",
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": reported,
     }
 
 

@@ -150,10 +150,10 @@ def _timed(call: Callable[[], object], repeat: int = REPEAT) -> dict[str, float]
 def seed(store: Any, now_s: int, runs: int = RUNS) -> float:
     """``runs`` runs of ``SPANS_PER_RUN`` spans over the 7 days before ``now_s`` in project
     ``PROJECT``, 1% of the spans delivered twice; the seconds it took."""
-    from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
+    from afr_common.prices import PriceBook
 
     store.migrate()
-    store.set_model_prices(DEFAULT_PRICES_PER_MTOK)
+    store.set_model_prices(PriceBook().table(["gpt-4o", "gpt-4o-mini"]))
     began = time.perf_counter()
     total = runs * SPANS_PER_RUN
     step = 200_000

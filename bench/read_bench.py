@@ -141,10 +141,10 @@ def _dashboard_panels(store: Any, now_s: int, run_id: str, days: int) -> list[tu
 def seed(store: Any, now_s: int) -> float:
     """``RUNS`` runs of ``SPANS_PER_RUN`` spans over the 7 days before ``now_s`` (half of them
     in ``PROJECT``), 1% delivered twice; the seconds it took."""
-    from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
+    from afr_common.prices import PriceBook
 
     store.migrate()
-    store.set_model_prices(DEFAULT_PRICES_PER_MTOK)
+    store.set_model_prices(PriceBook().table(["gpt-4o", "gpt-4o-mini"]))
     span_s = 7 * 86_400 - 3_600
     began = time.perf_counter()
     total = RUNS * SPANS_PER_RUN
@@ -175,7 +175,7 @@ def seed(store: Any, now_s: int) -> float:
 
 
 def child(data_dir: Path) -> dict[str, Any]:
-    from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
+    from afr_common.prices import PriceBook
     from collector.store.client import ClickHouseStore
     from collector.store.reader import RunFilter, RunReader
 
@@ -184,7 +184,7 @@ def child(data_dir: Path) -> dict[str, Any]:
     seed_s = seed(store, now_s)
     spans = store.query("SELECT count() FROM {db}.otel_traces")[0][0]
     runs = store.query("SELECT uniqExact(TraceId) FROM {db}.runs")[0][0]
-    reader = RunReader(store, query_timeout_s=60, max_spans=10_000, prices=DEFAULT_PRICES_PER_MTOK)
+    reader = RunReader(store, query_timeout_s=60, max_spans=10_000, prices=PriceBook())
     since_ns, until_ns = (now_s - 7 * 86_400) * _NS, (now_s + 3_600) * _NS
     window = {"since_ns": since_ns, "until_ns": until_ns}
 

@@ -80,6 +80,12 @@ class SpanRecord:
     """An errored span's part of its run's failure signature (processors/signature.py)."""
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    """Of ``input_tokens``: those read from the provider's prompt cache."""
+    cache_creation_tokens: int = 0
+    """Of ``input_tokens``: those written to the provider's prompt cache."""
+    reasoning_tokens: int = 0
+    """Of ``output_tokens``: those spent reasoning."""
     input: str = ""
     output: str = ""
     input_key: str = ""
@@ -182,6 +188,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     # Added by migration 4, last: a log record written before it has one value less, which
     # the insert reads as the column's default (input_format_json_compact_allow_variable_...).
     ("FailureCause", "failure_cause"),
+    # Added by migration 5 (ADR 39), after it for the same reason.
+    ("CacheReadTokens", "cache_read_tokens"),
+    ("CacheCreationTokens", "cache_creation_tokens"),
+    ("ReasoningTokens", "reasoning_tokens"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 

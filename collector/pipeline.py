@@ -66,6 +66,8 @@ class ProcessedRequest:
     truncated_spans: int
     stage_ns: tuple[tuple[str, int], ...] = ()
     """Time each stage took on this request (decode, records, each processor, encode)."""
+    models: tuple[str, ...] = ()
+    """The models of the request's model calls (the store prices each one: ADR 39)."""
 
 
 @dataclass
@@ -129,7 +131,10 @@ def process_request(
         records = processor(records)
         stages.append((name, clock() - started))
     redactions = failed_closed = truncated = 0
+    models: set[str] = set()
     for record in records:
+        if record.span_type == "llm" and record.model:
+            models.add(record.model)
         if record.redactions:
             redactions += len(record.redactions)
             failed_closed += sum(
@@ -148,6 +153,7 @@ def process_request(
         failed_closed,
         truncated,
         tuple(stages),
+        tuple(sorted(models)),
     )
 
 
@@ -198,8 +204,12 @@ class Pipeline:
         retry_after_s: float = 1.0,
         window_ns: tuple[int, int] | None = None,
         max_inflight_bytes: int | None = None,
+        on_models: Callable[[tuple[str, ...]], None] | None = None,
     ) -> None:
         self._processors = processors
+        self._on_models = on_models
+        """Told the models of each request's model calls once they are durable; returns at
+        once (collector/store/prices.py)."""
         self._wal = wal
         self._clock_ns = clock_ns
         self.stats = PipelineStats()
@@ -347,6 +357,8 @@ class Pipeline:
             await self._wal.append(Batch(processed.payload, processed.rows))
             waited = time.perf_counter_ns() - started
             self.stats.add_stages((*processed.stage_ns, ("wal", waited)), processed.rows)
+            if processed.models and self._on_models is not None:
+                self._on_models(processed.models)
         self.stats.spans_accepted += processed.rows
         self.stats.spans_rejected += processed.rejected
         self.stats.redactions += processed.redactions

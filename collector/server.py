@@ -34,6 +34,7 @@ from collector.settings import CollectorSettings
 from collector.sqlapi import SqlInterface
 from collector.store.client import ClickHouseStore, SpanStore
 from collector.store.failures import FailureReader
+from collector.store.prices import ModelPrices
 from collector.store.reader import RunReader
 from collector.store.wal import WriteAheadLog
 from collector.store.writer import BatchWriter
@@ -83,9 +84,16 @@ def default_processors(settings: CollectorSettings) -> list[tuple[str, Processor
     return processors
 
 
+def _price_store(store: SpanStore) -> Any:
+    """``store`` when it keeps model prices (ClickHouse's, or a wrapper passing them on)."""
+    wanted = ("set_model_prices", "add_model_prices", "stored_models")
+    return store if all(callable(getattr(store, name, None)) for name in wanted) else None
+
+
 def build_store(settings: CollectorSettings) -> ClickHouseStore:
-    """The store the settings describe, migrated (or, on a cluster, checked) and with the
-    model prices set: what a collector given no store uses, and what wrappers wrap."""
+    """The store the settings describe, migrated (or, on a cluster, checked): what a
+    collector given no store uses, and what wrappers wrap. The collector sets its model
+    prices (``ModelPrices``)."""
     store = ClickHouseStore(
         settings.store_dsn,
         settings.database,
@@ -95,7 +103,6 @@ def build_store(settings: CollectorSettings) -> ClickHouseStore:
         cluster=settings.clickhouse_cluster,
     )
     store.migrate()
-    store.set_model_prices(settings.model_prices)
     return store
 
 
@@ -112,6 +119,9 @@ class Collector:
         if store is None:
             store = build_store(settings)
         self.store = store
+        prices = settings.price_book()
+        self.model_prices = ModelPrices(_price_store(store), prices)
+        self.model_prices.load()
         self.keys = KeyStore(settings.keys_path)
         self.auth = Authenticator(self.keys if settings.auth_enabled else None)
         self.wal = WriteAheadLog(
@@ -137,12 +147,13 @@ class Collector:
             retry_after_s=settings.retry_after_s,
             window_ns=settings.span_window_ns,
             max_inflight_bytes=settings.max_inflight_bytes,
+            on_models=self.model_prices.saw,
         )
         self.reader = RunReader(
             store,
             query_timeout_s=settings.api_query_timeout_s,
             max_spans=settings.api_max_spans,
-            prices=settings.model_prices,
+            prices=prices,
         )
         self.grpc_port = 0
         self.http_port = 0
@@ -294,6 +305,7 @@ class Collector:
             await self._http_task
         await asyncio.to_thread(self.writer.stop)
         await asyncio.to_thread(self.pipeline.close)
+        await asyncio.to_thread(self.model_prices.flush)
         self.wal.close()
         self.store.close()
 

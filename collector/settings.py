@@ -8,9 +8,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from afr_common.prices import PriceBook, Rates, parse_price_table
 from afr_common.settings_sources import SecretsDirSettings
 from afr_common.urls import redact_url
-from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK, UNLISTED_MODEL
 
 __all__ = ["SQL_DEFAULT_PORT", "CollectorSettings"]
 
@@ -102,12 +102,13 @@ class CollectorSettings(SecretsDirSettings):
     api_default_lookback_s: float = Field(default=7 * 86_400, gt=0)
     api_query_timeout_s: float = Field(default=10.0, gt=0)
 
-    model_prices: dict[str, tuple[float, float]] = Field(
-        default_factory=lambda: dict(DEFAULT_PRICES_PER_MTOK)
-    )
-    """USD per million (input, output) tokens by model name, for the cost of runs; written to
-    the store's ``model_prices`` table at start (the dashboards price tokens with it). A model
-    not listed costs nothing in the figures: they never guess."""
+    model_prices: dict[str, Rates] = Field(default_factory=dict)
+    """Prices by model name that override the price database (``genai-prices``, ADR 39):
+    USD per million tokens, ``[input, output]``, ``[input, output, cache_read, cache_write]``
+    (reasoning last, optionally) or an object with those names. The store's ``model_prices``
+    table holds them and the database's prices of every model it has seen (the dashboards
+    price tokens with it). A model neither knows is unpriced: its runs' cost is unknown
+    (``cost_usd`` null), never $0."""
 
     sql_host: str = "127.0.0.1"
     sql_port: int | None = Field(default=None, ge=0, le=65535)
@@ -167,12 +168,18 @@ class CollectorSettings(SecretsDirSettings):
             )
         return self
 
-    @field_validator("model_prices")
+    @field_validator("model_prices", mode="before")
     @classmethod
-    def _check_prices(cls, value: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
-        if any(price < 0 for pair in value.values() for price in pair):
-            raise ValueError("AFR_MODEL_PRICES: prices are USD per million tokens, >= 0")
-        return {model: pair for model, pair in value.items() if model != UNLISTED_MODEL}
+    def _check_prices(cls, value: object) -> dict[str, Rates]:
+        # "*" (the worker's budget price of unknown models) prices nothing here: a run's
+        # cost is never a guess.
+        table = parse_price_table(value)
+        table.pop("*", None)
+        return table
+
+    def price_book(self) -> PriceBook:
+        """The prices of runs: ``model_prices`` over the database."""
+        return PriceBook(self.model_prices)
 
     @field_validator("clickhouse_url")
     @classmethod

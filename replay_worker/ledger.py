@@ -1,8 +1,10 @@
 """Cost is bounded before it is spent (docs/architecture.md, decision 9).
 
 Every model call of the worker goes through ``LedgerModel``: it reserves the worst-case cost
-of the request (input at one token per character, output at the call's ``max_tokens``,
-priced from the table) before sending, settles to the reported usage after, charges the
+of the request (input at one token per character, output at the call's ``max_tokens``, each
+at the dearest rate of its kind: cache writes can cost more than plain input) before sending,
+settles to the reported usage after (cached input and reasoning output at their own rates),
+charges the
 full reservation when the outcome is unknown (an error, a missing usage, a replay process
 that died mid-request), and refuses — before any request leaves — once the job's or the
 day's budget would be exceeded. Usage above the reservation is charged in full and recorded
@@ -17,12 +19,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from agents import Model, ModelResponse, ModelSettings, ModelTracing
 
+from afr_common.prices import (
+    CONSERVATIVE_RATES,
+    UNLISTED_MODEL,
+    PriceBook,
+    Rates,
+    Tokens,
+    parse_price_table,
+)
 from replay_worker.money import Clock, nusd, usd, utc_day
 from replay_worker.state import DaySpend, StateStore
 
@@ -70,19 +80,25 @@ class Reservation:
 
 class JobLedger:
     """One job's model spend. The job's budget is checked here (a job runs in one process);
-    the day's is checked and recorded atomically in the store, with the job's row."""
+    the day's is checked and recorded atomically in the store, with the job's row.
+
+    ``prices_per_mtok`` (``AFR_WORKER_PRICES_PER_MTOK``) overrides the price database (the
+    collector's, ``afr_common.prices``) model by model; its ``"*"`` entry prices a model
+    neither knows, conservatively (``CONSERVATIVE_RATES`` when it has none)."""
 
     def __init__(
         self,
         limit_usd: float,
         day: DayBudget,
-        prices_per_mtok: dict[str, tuple[float, float]],
+        prices_per_mtok: Mapping[str, Any],
         *,
         job_id: str | None = None,
     ) -> None:
         self.limit_usd = limit_usd
         self.day = day
-        self.prices_per_mtok = prices_per_mtok
+        table = parse_price_table(prices_per_mtok, name="AFR_WORKER_PRICES_PER_MTOK")
+        self.unlisted = table.pop(UNLISTED_MODEL, CONSERVATIVE_RATES)
+        self.prices = PriceBook(table)
         self.job_id = job_id
         self._charged_nusd = 0  # settled costs plus outstanding reservations in full
         self._in_flight_nusd = 0
@@ -101,15 +117,14 @@ class JobLedger:
     def overrun_usd(self) -> float:
         return usd(self._overrun_nusd)
 
-    def price(self, model: str) -> tuple[float, float]:
-        return self.prices_per_mtok.get(model) or self.prices_per_mtok["*"]
+    def price(self, model: str) -> Rates:
+        return self.prices.rates(model) or self.unlisted
 
-    def cost_nusd(self, model: str, input_tokens: int, output_tokens: int) -> int:
-        price_in, price_out = self.price(model)
-        return nusd((input_tokens * price_in + output_tokens * price_out) / 1e6)
+    def cost_nusd(self, model: str, tokens: Tokens) -> int:
+        return nusd(self.price(model).cost_usd(tokens))
 
     def reserve(self, model: str, input_tokens: int, output_tokens: int) -> Reservation:
-        cost = self.cost_nusd(model, input_tokens, output_tokens)
+        cost = nusd(self.price(model).worst_case_usd(input_tokens, output_tokens))
         if self._charged_nusd + cost > nusd(self.limit_usd):
             raise BudgetExceeded(
                 f"job budget ${self.limit_usd:.4f} would be exceeded by a request of up to "
@@ -124,14 +139,25 @@ class JobLedger:
         return Reservation(model, day, cost)
 
     def settle(
-        self, reservation: Reservation, input_tokens: int | None, output_tokens: int | None
+        self,
+        reservation: Reservation,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        *,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
+        reasoning_tokens: int = 0,
     ) -> float:
         """Replaces a reservation by the real cost and returns it (USD). Unknown usage keeps
-        the full reservation; usage beyond it is charged and recorded as an overrun."""
+        the full reservation; usage beyond it is charged and recorded as an overrun. The
+        cache and reasoning tokens are parts of the input and output tokens."""
         if input_tokens is None or output_tokens is None:
             actual = reservation.cost_nusd
         else:
-            actual = self.cost_nusd(reservation.model, input_tokens, output_tokens)
+            tokens = Tokens(
+                input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens
+            )
+            actual = self.cost_nusd(reservation.model, tokens)
         self.day.store.settle(reservation.day, self.job_id, reservation.cost_nusd, actual)
         self._in_flight_nusd -= reservation.cost_nusd
         self._charged_nusd += actual - reservation.cost_nusd
@@ -185,10 +211,17 @@ class LedgerModel(Model):
             self._ledger.settle(reservation, None, None)
             raise
         usage = response.usage
+        if not usage.requests:
+            self._ledger.settle(reservation, None, None)
+            return response
+        inputs, outputs = usage.input_tokens_details, usage.output_tokens_details
         self._ledger.settle(
             reservation,
-            usage.input_tokens if usage.requests else None,
-            usage.output_tokens if usage.requests else None,
+            usage.input_tokens,
+            usage.output_tokens,
+            cache_read_tokens=getattr(inputs, "cached_tokens", 0) or 0,
+            cache_write_tokens=getattr(inputs, "cache_write_tokens", 0) or 0,
+            reasoning_tokens=getattr(outputs, "reasoning_tokens", 0) or 0,
         )
         return response
 

@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from afr_common.prices import CONSERVATIVE_RATES, UNLISTED_MODEL, Rates, parse_price_table
 from afr_common.settings_sources import SecretsDirSettings
 from afr_common.urls import redact_url
-from afr_exporter.prices import DEFAULT_PRICES_PER_MTOK
 from replay_worker.schedule import parse_schedule
 from replay_worker.state_engines import POSTGRES_SCHEMES
 
@@ -25,6 +25,9 @@ def _data_dir() -> Path:
 
 
 __all__ = ["DEFAULT_PRICES_PER_MTOK", "WorkerSettings"]
+
+DEFAULT_PRICES_PER_MTOK: dict[str, Rates] = {UNLISTED_MODEL: CONSERVATIVE_RATES}
+"""No override: every model the price database knows at its price, any other at "*"."""
 
 
 class WorkerSettings(SecretsDirSettings):
@@ -66,9 +69,10 @@ class WorkerSettings(SecretsDirSettings):
 
     job_budget_usd: float = Field(default=0.50, ge=0)
     day_budget_usd: float = Field(default=10.0, ge=0)
-    prices_per_mtok: dict[str, tuple[float, float]] = Field(
-        default_factory=lambda: dict(DEFAULT_PRICES_PER_MTOK)
-    )
+    prices_per_mtok: dict[str, Rates] = Field(default_factory=lambda: dict(DEFAULT_PRICES_PER_MTOK))
+    """Budget prices that override the price database (``genai-prices``, as the collector
+    prices runs: ADR 39), in ``AFR_MODEL_PRICES``' forms; ``"*"`` prices any model neither
+    knows, conservatively (default ``CONSERVATIVE_RATES``: $10 in, $40 out)."""
 
     data_dir: Path = Field(default_factory=lambda: _data_dir() / "worker")
     """The state store (jobs, webhook ids, the day's spend, sweep slots) when ``state_url`` is
@@ -129,6 +133,13 @@ class WorkerSettings(SecretsDirSettings):
     """A sweep process still running after this is killed; the slot is retried (resuming).
     A slot run as shards whose shards have not all recorded after this is failed by a later
     slot's first shard (ADR 26)."""
+
+    @field_validator("prices_per_mtok", mode="before")
+    @classmethod
+    def _prices(cls, value: object) -> dict[str, Rates]:
+        table = parse_price_table(value, name="AFR_WORKER_PRICES_PER_MTOK")
+        table.setdefault(UNLISTED_MODEL, CONSERVATIVE_RATES)
+        return table
 
     @field_validator("state_url", mode="after")
     @classmethod

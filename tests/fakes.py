@@ -247,6 +247,16 @@ class FlakyStore:
         result: list[tuple[Any, ...]] = self.inner.query(sql, parameters)
         return result
 
+    def set_model_prices(self, prices: Any) -> None:
+        self.inner.set_model_prices(prices)
+
+    def add_model_prices(self, prices: Any) -> None:
+        self.inner.add_model_prices(prices)
+
+    def stored_models(self, timeout_s: float = 30.0) -> list[str]:
+        models: list[str] = self.inner.stored_models(timeout_s)
+        return models
+
     def close(self) -> None:
         self.inner.close()
 

@@ -34,6 +34,10 @@ from collector.store.schema import (
     SPANS_TABLE,
     TRACE_ID_TS_TABLE,
     TRACES_VIEW,
+    call_costs_sql,
+    priced_cost_sql,
+    prices_sql,
+    unpriced_models_sql,
 )
 from replay_worker.replay.verdict import VERDICTS
 from replay_worker.sweeps import STATUSES as EVAL_STATUSES
@@ -41,6 +45,7 @@ from replay_worker.sweeps import STATUSES as EVAL_STATUSES
 __all__ = [
     "AGENTS",
     "COST",
+    "DETAILS",
     "ERRORS",
     "EVAL_STATUSES",
     "FAILURE_STATUSES",
@@ -60,6 +65,7 @@ __all__ = [
     "TRACE_BOUNDS",
     "TRACE_SEARCH_LIMIT",
     "TRACE_SPAN_LIMIT",
+    "UNPRICED",
     "USAGE",
     "VERDICT",
     "VERDICTS",
@@ -146,17 +152,18 @@ KIND = (
     f"transform(max(KindCode), [{', '.join(str(c) for c in KIND_CODES.values())}], "
     f"[{', '.join(repr(k) for k in KIND_CODES)}], '')"
 )
-PRICES = (
-    "(SELECT CAST((groupArray(Model), groupArray((InputUsdPerMTok, OutputUsdPerMTok))), "
-    f"'Map(String, Tuple(Float64, Float64))') FROM {MODEL_PRICES} FINAL) AS prices"
-)
-_MODEL_OF_KEY = "substring(k, position(k, ':') + 1)"
-COST = (
-    f"arraySum(arrayMap((k, i, o) -> (i * prices[{_MODEL_OF_KEY}].1 + "
-    f"o * prices[{_MODEL_OF_KEY}].2) / 1e6, usage.1, usage.2, usage.3))"
-)
-"""A run's cost from its merged ``usage`` (keyed ``<span id>:<model>``) and ``prices``: the
-view's formula (a test compares the two)."""
+DETAILS = "maxMap(UsageDetails)"
+"""Each model call's cache-read, cache-creation and reasoning tokens (migration 5)."""
+PRICES = f"{prices_sql(MODEL_PRICES)} AS prices"
+_CALL_COSTS = call_costs_sql("usage", "details", "prices")
+COST = priced_cost_sql(_CALL_COSTS)
+"""The cost of a run's priced model calls from its merged ``usage`` and ``details`` (keyed
+``<span id>:<model>``) and ``prices``, each token kind at its rate: the view's formula (a
+test compares the two). A call whose model has no price is not in it: see ``UNPRICED``."""
+UNPRICED = unpriced_models_sql("usage", _CALL_COSTS)
+"""The models of a run's calls that no price knows: its cost is unknown (ADR 39)."""
+UNPRICED_TEXT = "unpriced"
+"""What a cost panel shows for a cost that is unknown (every call of a model no price knows)."""
 
 RUN_SLACK = "INTERVAL 1 HOUR"
 """How long before the window a run's rows are read: a run that started in the window is

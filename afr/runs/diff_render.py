@@ -33,9 +33,12 @@ def _deltas(delta: Mapping[str, Any]) -> str:
     tokens_in, tokens_out = int(delta.get("input_tokens", 0)), int(delta.get("output_tokens", 0))
     if tokens_in or tokens_out:
         parts.append(f"{tokens_in:+d}/{tokens_out:+d} tokens")
-    cost = float(delta.get("cost_usd", 0.0))
-    if cost:
-        parts.append(f"{'+' if cost > 0 else '-'}${abs(cost):.6f}")
+    if "cost_usd" in delta and delta["cost_usd"] is None:
+        parts.append("cost unpriced")
+    else:
+        cost = float(delta.get("cost_usd") or 0.0)
+        if cost:
+            parts.append(f"{'+' if cost > 0 else '-'}${abs(cost):.6f}")
     return " ".join(parts)
 
 

@@ -74,6 +74,31 @@ def _cost(value: Any) -> str | None:
     return f"${value:.4f}" if value >= 0.01 else f"${value:.6f}"
 
 
+def _run_cost(summary: Mapping[str, Any]) -> str | None:
+    """The run's cost; with a model no price knows, "unpriced (model)" after the cost of its
+    priced calls, if any: the total is unknown, never shown as $0 (ADR 39)."""
+    unpriced = [clean(str(m)) or "(no model)" for m in summary.get("unpriced_models") or []]
+    if not unpriced:
+        return _cost(summary.get("cost_usd"))
+    known = _cost(summary.get("priced_cost_usd"))
+    text = f"unpriced ({', '.join(unpriced)})"
+    return f"{known} + {text}" if known else text
+
+
+def _token_details(summary: Mapping[str, Any]) -> str:
+    """ " (800 cached, 40 cache writes, 120 reasoning)": the parts that are not zero."""
+    parts = [
+        f"{summary[field]} {label}"
+        for field, label in (
+            ("cache_read_tokens", "cached"),
+            ("cache_creation_tokens", "cache writes"),
+            ("reasoning_tokens", "reasoning"),
+        )
+        if summary.get(field)
+    ]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def _verdict(summary: Mapping[str, Any]) -> str | None:
     verdict = summary.get("verdict")
     return clean(str(verdict)) if verdict else None
@@ -92,7 +117,8 @@ def _result_codes(summary: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def _tokens(summary: Mapping[str, Any]) -> str:
-    return f"{summary.get('input_tokens', 0)}/{summary.get('output_tokens', 0)} tokens"
+    cached = f", {summary['cache_read_tokens']} cached" if summary.get("cache_read_tokens") else ""
+    return f"{summary.get('input_tokens', 0)}/{summary.get('output_tokens', 0)} tokens{cached}"
 
 
 # --- runs as rows (list, tail) -------------------------------------------------------------
@@ -142,7 +168,7 @@ def render_run_row(summary: Mapping[str, Any], term: Terminal, *, note: str = ""
     facts.append(f"{summary.get('span_count', 0)} spans")
     if summary.get("input_tokens") or summary.get("output_tokens"):
         facts.append(_tokens(summary))
-    cost = _cost(summary.get("cost_usd"))
+    cost = _run_cost(summary)
     if cost:
         facts.append(cost)
     lines.append(term.paint(term.fit("  " + term.dot.join(facts)), DIM))
@@ -189,10 +215,10 @@ def _run_header(summary: Mapping[str, Any], term: Terminal) -> list[str]:
     took = format_duration(int(summary.get("duration_ns", 0)))
     lines.append(_label(term, "started", f"{started}, took {took}"))
     tokens = f"{summary.get('input_tokens', 0)} in / {summary.get('output_tokens', 0)} out"
-    lines.append(_label(term, "tokens", tokens))
-    cost = _cost(summary.get("cost_usd"))
+    lines.append(_label(term, "tokens", tokens + _token_details(summary)))
+    cost = _run_cost(summary)
     if cost:
-        lines.append(_label(term, "cost", cost))
+        lines.append(_label(term, "cost", cost, *((YELLOW,) if "unpriced" in cost else ())))
     return lines
 
 

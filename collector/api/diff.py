@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from afr_common.prices import PriceBook, Tokens
 from afr_exporter import semconv as sc
 from collector.api.models import (
     DiffStep,
@@ -322,12 +323,19 @@ def _differences(a: Step | None, b: Step | None) -> list[str]:
     return sorted(set(found), key=_PRECEDENCE.index)
 
 
-def _cost(span: Span, prices: Mapping[str, tuple[float, float]]) -> float:
-    price_in, price_out = prices.get(span.model, (0.0, 0.0))
-    return round((span.input_tokens * price_in + span.output_tokens * price_out) / 1e6, 9)
+def _cost(span: Span, prices: PriceBook) -> float | None:
+    tokens = Tokens(
+        span.input_tokens,
+        span.output_tokens,
+        span.cache_read_tokens,
+        span.cache_creation_tokens,
+        span.reasoning_tokens,
+    )
+    cost = prices.cost_usd(span.model, tokens)
+    return None if cost is None else round(cost, 9)
 
 
-def _side(step: Step | None, prices: Mapping[str, tuple[float, float]]) -> StepSide | None:
+def _side(step: Step | None, prices: PriceBook) -> StepSide | None:
     if step is None:
         return None
     span = step.span
@@ -340,6 +348,8 @@ def _side(step: Step | None, prices: Mapping[str, tuple[float, float]]) -> StepS
         duration_ns=span.duration_ns,
         input_tokens=span.input_tokens,
         output_tokens=span.output_tokens,
+        cache_read_tokens=span.cache_read_tokens,
+        reasoning_tokens=span.reasoning_tokens,
         cost_usd=_cost(span, prices),
     )
 
@@ -349,7 +359,11 @@ def _delta(a: StepSide | Run, b: StepSide | Run) -> StepDelta:
         duration_ns=b.duration_ns - a.duration_ns,
         input_tokens=b.input_tokens - a.input_tokens,
         output_tokens=b.output_tokens - a.output_tokens,
-        cost_usd=round(b.cost_usd - a.cost_usd, 9),
+        cache_read_tokens=b.cache_read_tokens - a.cache_read_tokens,
+        reasoning_tokens=b.reasoning_tokens - a.reasoning_tokens,
+        cost_usd=(
+            None if a.cost_usd is None or b.cost_usd is None else round(b.cost_usd - a.cost_usd, 9)
+        ),
     )
 
 
@@ -507,10 +521,10 @@ def diff_runs(
     a_spans: Sequence[Span],
     b: Run,
     b_spans: Sequence[Span],
-    prices: Mapping[str, tuple[float, float]] | None = None,
+    prices: PriceBook | None = None,
 ) -> RunDiff:
     """Run ``b`` against run ``a``: deltas are b minus a."""
-    table = dict(prices or {})
+    table = prices if prices is not None else PriceBook()
     steps_a, steps_b = run_steps(a_spans), run_steps(b_spans)
     pairs = _align(steps_a, steps_b)
     steps = []

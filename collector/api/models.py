@@ -164,9 +164,22 @@ class Run(BaseModel):
     workflow: str
     root_agent: str
     agents: list[str]
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float = Field(description="tokens priced by model (AFR_MODEL_PRICES)")
+    input_tokens: int = Field(description="every input token, the cached ones among them")
+    output_tokens: int = Field(description="every output token, the reasoning ones among them")
+    cache_read_tokens: int = Field(0, description="input tokens read from a prompt cache")
+    cache_creation_tokens: int = Field(0, description="input tokens written to a prompt cache")
+    reasoning_tokens: int = Field(0, description="output tokens spent reasoning")
+    cost_usd: float | None = Field(
+        description="each token kind priced at its model's rate (AFR_MODEL_PRICES, else the "
+        "genai-prices database); null when a model call's model is unpriced "
+        "(unpriced_models): the cost is then unknown, at least priced_cost_usd"
+    )
+    priced_cost_usd: float = Field(
+        0.0, description="the cost of the model calls whose model has a price"
+    )
+    unpriced_models: list[str] = Field(
+        default_factory=list, description="models of the run's calls that no price knows"
+    )
     kind: RunKind
     source_run_id: str | None = Field(description="the run replayed")
     verdict: str | None = Field(description="a replay's or eval's verdict")
@@ -239,6 +252,9 @@ class Span(BaseModel):
     output: str
     input_tokens: int
     output_tokens: int
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    reasoning_tokens: int = 0
     run_kind: RunKind
     source_run_id: str
     redactions: list[str]
@@ -370,7 +386,11 @@ class StepSide(BaseModel):
     duration_ns: int
     input_tokens: int
     output_tokens: int
-    cost_usd: float = Field(description="tokens priced by model (AFR_MODEL_PRICES)")
+    cache_read_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float | None = Field(
+        description="each token kind priced at its model's rate; null: the model is unpriced"
+    )
 
 
 class StepDelta(BaseModel):
@@ -379,7 +399,9 @@ class StepDelta(BaseModel):
     duration_ns: int
     input_tokens: int
     output_tokens: int
-    cost_usd: float
+    cache_read_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float | None = Field(description="null when either side is unpriced")
 
 
 class DiffStep(BaseModel):

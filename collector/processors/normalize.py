@@ -202,6 +202,72 @@ def _bodies(record: SpanRecord, input_key: str | None, output_key: str | None) -
         record.output_key = output_key
 
 
+_CACHE_READ_KEYS = (
+    "gen_ai.usage.cache_read.input_tokens",  # the conventions since v1.37
+    "gen_ai.usage.cache_read_input_tokens",  # OpenLLMetry, Anthropic's name
+    "gen_ai.usage.cached_input_tokens",
+)
+_CACHE_CREATION_KEYS = (
+    "gen_ai.usage.cache_creation.input_tokens",
+    "gen_ai.usage.cache_creation_input_tokens",
+)
+_REASONING_KEYS = (
+    "gen_ai.usage.reasoning.output_tokens",
+    "gen_ai.usage.reasoning_tokens",  # OpenLLMetry
+)
+
+
+def _first_int(attrs: Mapping[str, str], keys: tuple[str, ...]) -> int:
+    for key in keys:
+        value = attrs.get(key)
+        if value:
+            return _int(value)
+    return 0
+
+
+def _usage_details(record: SpanRecord) -> None:
+    """The cache and reasoning tokens under any of their GenAI names; the ones a dialect
+    already filled stay."""
+    attrs = record.span_attributes
+    record.cache_read_tokens = record.cache_read_tokens or _first_int(attrs, _CACHE_READ_KEYS)
+    record.cache_creation_tokens = record.cache_creation_tokens or _first_int(
+        attrs, _CACHE_CREATION_KEYS
+    )
+    record.reasoning_tokens = record.reasoning_tokens or _first_int(attrs, _REASONING_KEYS)
+
+
+def _raw_usage_details(record: SpanRecord, key: str) -> None:
+    """The details from a usage object sent whole as JSON (Logfire's ``gen_ai.usage.raw``,
+    the SDK's ``usage``): the Responses API's and Chat Completions' field names."""
+    raw = record.span_attributes.get(key)
+    if not raw or not raw.startswith("{"):
+        return
+    try:
+        usage = json.loads(raw)
+    except (ValueError, RecursionError):
+        return
+    if not isinstance(usage, dict):
+        return
+    inputs = usage.get("input_tokens_details") or usage.get("prompt_tokens_details") or {}
+    outputs = usage.get("output_tokens_details") or usage.get("completion_tokens_details") or {}
+    if not isinstance(inputs, dict) or not isinstance(outputs, dict):
+        return
+
+    def number(*values: object) -> int:
+        for value in values:
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return min(value, _UINT64_MAX)
+        return 0
+
+    record.cache_read_tokens = record.cache_read_tokens or number(
+        inputs.get("cached_tokens"), usage.get("cached_input_tokens")
+    )
+    record.cache_creation_tokens = record.cache_creation_tokens or number(
+        inputs.get("cache_write_tokens"), usage.get("cache_write_input_tokens")
+    )
+    record.reasoning_tokens = record.reasoning_tokens or number(outputs.get("reasoning_tokens"))
+
+
 def _genai_common(record: SpanRecord) -> None:
     attrs = record.span_attributes
     record.agent_name = record.agent_name or attrs.get("gen_ai.agent.name", "")
@@ -215,6 +281,7 @@ def _genai_common(record: SpanRecord) -> None:
     record.output_tokens = record.output_tokens or _int(
         attrs.get("gen_ai.usage.output_tokens") or attrs.get("gen_ai.usage.completion_tokens")
     )
+    _usage_details(record)
     if record.span_type == "tool":
         record.tool_call_id = record.tool_call_id or native_tool_call_id(attrs)
         _bodies(record, "gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
@@ -265,6 +332,9 @@ def _openinference(record: SpanRecord) -> None:
     record.model = attrs.get("llm.model_name", "")
     record.input_tokens = _int(attrs.get("llm.token_count.prompt"))
     record.output_tokens = _int(attrs.get("llm.token_count.completion"))
+    record.cache_read_tokens = _int(attrs.get("llm.token_count.prompt_details.cache_read"))
+    record.cache_creation_tokens = _int(attrs.get("llm.token_count.prompt_details.cache_write"))
+    record.reasoning_tokens = _int(attrs.get("llm.token_count.completion_details.reasoning"))
     if span_type != "handoff":
         _bodies(record, "input.value", "output.value")
 
@@ -329,6 +399,9 @@ def _logfire(record: SpanRecord) -> None:
     _genai_common(record)
     if not record.model:
         record.model = attrs.get("gen_ai.request.model") or attrs.get("model", "")
+    if record.span_type == "llm":
+        _raw_usage_details(record, "gen_ai.usage.raw")
+        _raw_usage_details(record, "usage")
     if not record.input_key:
         # Responses API spans keep the SDK's input items in raw_input, not input.
         _bodies(record, "input" if "input" in attrs else "raw_input", None)

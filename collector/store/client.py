@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from afr_common.prices import Rates
 from collector.log_model import LOG_COLUMN_NAMES, LOGS_PREFIX, is_log_payload
 from collector.model import COLUMN_NAMES, ROW_FORMAT
 from collector.store.cluster import (
@@ -31,6 +33,17 @@ from collector.store.schema import (
 )
 
 __all__ = ["ClickHouseStore", "EmbeddedStoreMissing", "SpanStore"]
+
+_PRICE_COLUMNS = (
+    "Model",
+    "InputUsdPerMTok",
+    "OutputUsdPerMTok",
+    "CacheReadUsdPerMTok",
+    "CacheWriteUsdPerMTok",
+    "ReasoningUsdPerMTok",
+    "Source",
+    "UpdatedAt",
+)
 
 
 class EmbeddedStoreMissing(RuntimeError):
@@ -158,18 +171,35 @@ class ClickHouseStore:
                     f"toDateTime({column}) + toIntervalDay({int(self._ttl_days)})"
                 )
 
-    def set_model_prices(self, prices: dict[str, tuple[float, float]]) -> None:
+    def set_model_prices(self, prices: Mapping[str, Rates]) -> None:
         """Makes ``model_prices`` hold exactly ``prices`` (USD per million tokens)."""
-        table = f"{self.database}.{MODEL_PRICES_TABLE}"
-        now = datetime.now(UTC)
         with self._lock:
-            self._client.command(f"TRUNCATE TABLE {table}")
-            if prices:
-                self._client.insert(
-                    table,
-                    [[model, pin, pout, now] for model, (pin, pout) in sorted(prices.items())],
-                    column_names=["Model", "InputUsdPerMTok", "OutputUsdPerMTok", "UpdatedAt"],
-                )
+            self._client.command(f"TRUNCATE TABLE {self.database}.{MODEL_PRICES_TABLE}")
+        self.add_model_prices(prices)
+
+    def add_model_prices(self, prices: Mapping[str, Rates]) -> None:
+        """Adds (or replaces) the prices of these models in ``model_prices``."""
+        if not prices:
+            return
+        now = datetime.now(UTC)
+        rows = [
+            [model, r.input, r.output, r.cache_read, r.cache_write, r.reasoning, r.source, now]
+            for model, r in sorted(prices.items())
+        ]
+        with self._lock:
+            self._client.insert(
+                f"{self.database}.{MODEL_PRICES_TABLE}",
+                rows,
+                column_names=list(_PRICE_COLUMNS),
+            )
+
+    def stored_models(self, timeout_s: float = 30.0) -> list[str]:
+        """The models of the model calls the store holds (what ``model_prices`` should price)."""
+        rows = self.query(
+            f"SELECT DISTINCT Model FROM {{db}}.{SPANS_TABLE} WHERE SpanType = 'llm' "
+            f"AND Model != '' SETTINGS max_execution_time = {max(1, int(timeout_s))}"
+        )
+        return sorted(str(row[0]) for row in rows)
 
     def insert_rows(self, payload: bytes) -> None:
         """Inserts ``model.encode_rows`` output (or ``log_model.encode_log_rows``: its

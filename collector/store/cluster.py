@@ -223,7 +223,12 @@ def _alter_forms(statement: str, match: re.Match[str], on: str) -> list[str]:
         return [
             f"ALTER TABLE {{db}}.{table}{on} ADD COLUMN{rest}" for table in (_local(name), name)
         ]
-    raise NoClusterForm(f"no cluster form for a column of {name}, which is not sharded")
+    if name in EVERYWHERE_TABLES:
+        # One replicated table on every node: the column is added to each node's replica.
+        return [f"ALTER TABLE {{db}}.{name}{on} ADD COLUMN{rest}"]
+    raise NoClusterForm(
+        f"no cluster form for a column of {name}, which is neither sharded nor everywhere"
+    )
 
 
 def _table_forms(

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from afr_common.prices import PriceBook, Tokens
 from collector.model import COLUMNS
 from collector.store.client import SpanStore
 from collector.store.schema import (
@@ -20,7 +20,7 @@ from collector.store.schema import (
     SPANS_TABLE,
 )
 
-__all__ = ["RunFilter", "RunReader", "decode_cursor", "encode_cursor"]
+__all__ = ["RunFilter", "RunReader", "decode_cursor", "encode_cursor", "run_cost"]
 
 _KIND_CODES = {"capture": 0, "sweep": 1, "eval": 2, "replay": 3}
 _KINDS_BY_CODE = {code: kind for kind, code in _KIND_CODES.items()}
@@ -37,6 +37,7 @@ SELECT
     min(RootAgent).2 AS root_agent,
     groupUniqArrayArray(Agents) AS agents,
     maxMap(Usage) AS usage,
+    maxMap(UsageDetails) AS details,
     max(KindCode) AS kind_code,
     max(SourceRunId) AS source_run_id,
     max(Verdict) AS verdict,
@@ -62,6 +63,7 @@ _MERGED_FIELDS = (
     "root_agent",
     "agents",
     "usage",
+    "details",
     "kind_code",
     "source_run_id",
     "verdict",
@@ -150,17 +152,43 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     return start_ns, run_id
 
 
-def _summary(row: tuple[Any, ...], prices: Mapping[str, tuple[float, float]]) -> dict[str, Any]:
+def run_cost(
+    calls: list[tuple[str, Tokens]], prices: PriceBook
+) -> tuple[float | None, float, list[str]]:
+    """(cost, priced cost, unpriced models) of a run's model calls (model, tokens): the cost
+    is None when a call with tokens has a model no price knows, the priced cost counts the
+    others."""
+    priced = 0.0
+    unpriced: set[str] = set()
+    for model, tokens in calls:
+        cost = prices.cost_usd(model, tokens)
+        if cost is None:
+            unpriced.add(model)
+        else:
+            priced += cost
+    priced = round(priced, 9)
+    return (None if unpriced else priced), priced, sorted(unpriced)
+
+
+def _summary(row: tuple[Any, ...], prices: PriceBook) -> dict[str, Any]:
     merged = dict(zip(_MERGED_FIELDS, row, strict=True))
     keys, inputs, outputs = merged.pop("usage")
+    detail_keys, cache_reads, cache_writes, reasonings = merged.pop("details")
+    details = {
+        key: (int(cr), int(cw), int(r))
+        for key, cr, cw, r in zip(detail_keys, cache_reads, cache_writes, reasonings, strict=True)
+    }
     error_count = int(merged["error_count"])
     _, failing_id, failing_name, failing_type = merged.pop("first_error")
     merged.pop("failure")
-    cost = 0.0
+    calls = []
     for key, tokens_in, tokens_out in zip(keys, inputs, outputs, strict=True):
+        cache_read, cache_write, reasoning = details.get(key, (0, 0, 0))
         model = key.partition(":")[2]  # "<span id>:<model>"
-        price_in, price_out = prices.get(model, (0.0, 0.0))
-        cost += (tokens_in * price_in + tokens_out * price_out) / 1e6
+        calls.append(
+            (model, Tokens(int(tokens_in), int(tokens_out), cache_read, cache_write, reasoning))
+        )
+    cost, priced_cost, unpriced = run_cost(calls, prices)
     start_ns, end_ns = int(merged["start_ns"]), int(merged["end_ns"])
     return {
         "run_id": merged["run_id"],
@@ -178,7 +206,12 @@ def _summary(row: tuple[Any, ...], prices: Mapping[str, tuple[float, float]]) ->
         "agents": sorted(merged["agents"]),
         "input_tokens": int(sum(inputs)),
         "output_tokens": int(sum(outputs)),
-        "cost_usd": round(cost, 9),
+        "cache_read_tokens": int(sum(cache_reads)),
+        "cache_creation_tokens": int(sum(cache_writes)),
+        "reasoning_tokens": int(sum(reasonings)),
+        "cost_usd": cost,
+        "priced_cost_usd": priced_cost,
+        "unpriced_models": unpriced,
         "kind": _KINDS_BY_CODE.get(int(merged["kind_code"]), "capture"),
         "source_run_id": merged["source_run_id"] or None,
         "verdict": merged["verdict"] or None,
@@ -214,16 +247,16 @@ class RunReader:
         *,
         query_timeout_s: float,
         max_spans: int,
-        prices: Mapping[str, tuple[float, float]] | None = None,
+        prices: PriceBook | None = None,
     ) -> None:
         self._store = store
         self._settings = f"SETTINGS max_execution_time = {int(max(1, query_timeout_s))}"
         self._max_spans = max_spans
-        self._prices = dict(prices or {})
+        self._prices = prices if prices is not None else PriceBook()
 
     @property
-    def prices(self) -> Mapping[str, tuple[float, float]]:
-        """USD per million input and output tokens, by model (AFR_MODEL_PRICES)."""
+    def prices(self) -> PriceBook:
+        """The prices of model calls: AFR_MODEL_PRICES over the price database."""
         return self._prices
 
     def _merged(

@@ -20,10 +20,15 @@ __all__ = [
     "SERVICE_NAME",
     "SIGNATURE_SQL",
     "SPANS_TABLE",
+    "TOKEN_DETAIL_COLUMNS",
     "TRACES_VIEW",
     "TRACES_VIEW_TRACE_ID_TS",
     "TRACE_ID_TS_TABLE",
     "Migration",
+    "call_costs_sql",
+    "priced_cost_sql",
+    "prices_sql",
+    "unpriced_models_sql",
 ]
 
 SPANS_TABLE = "otel_traces"
@@ -150,8 +155,15 @@ by an id -- as (end, cause, start), and when each agent of the run started, from
 summary derives the path of agents that led to the failure."""
 
 
-def _runs_select(*, failures: bool) -> str:
-    extra = _FAILURE_COLUMNS if failures else ""
+_DETAIL_COLUMNS = """,
+    maxMap(if(SpanType = 'llm', ([concat(SpanId, ':', Model)], [CacheReadTokens],
+        [CacheCreationTokens], [ReasoningTokens]), ([], [], [], []))) AS UsageDetails"""
+"""Migration 5's column of ``runs``: each model call's cache-read, cache-creation and
+reasoning tokens, keyed as ``Usage`` is (ADR 39)."""
+
+
+def _runs_select(*, failures: bool, details: bool = False) -> str:
+    extra = (_FAILURE_COLUMNS if failures else "") + (_DETAIL_COLUMNS if details else "")
     return f"""
 SELECT ProjectId, TraceId,
     min(Timestamp) AS Start,
@@ -200,16 +212,78 @@ _FAILURE_SUMMARY = f""",
     {SIGNATURE_SQL.format(cause="failure_cause", path="failure_path")} AS signature"""
 
 
-def _summary_view(*, failures: bool) -> str:
+def prices_sql(table: str) -> str:
+    """The ``model_prices`` table ``table`` as one map, model -> (input, output, cache read,
+    cache write, reasoning) USD per million tokens: a scalar subquery."""
+    return (
+        "(SELECT CAST((groupArray(Model), groupArray((InputUsdPerMTok, OutputUsdPerMTok, "
+        "CacheReadUsdPerMTok, CacheWriteUsdPerMTok, ReasoningUsdPerMTok))), "
+        "'Map(String, Tuple(Float64, Float64, Float64, Float64, Float64))') "
+        f"FROM {table} FINAL)"
+    )
+
+
+_MODEL_OF_KEY = "substring(k, position(k, ':') + 1)"
+
+
+def call_costs_sql(usage: str, details: str, prices: str) -> str:
+    """Each model call's cost, from a run's merged ``usage`` and ``details`` (keyed
+    ``<span id>:<model>``) and the ``prices`` map: NULL for a call with tokens whose model has
+    no price, 0 for one without tokens. The formula of ``afr_common.prices`` (a test compares
+    the two): the cached input tokens are part of the input ones, the reasoning tokens part of
+    the output ones, unless they exceed them."""
+    p = f"{prices}[{_MODEL_OF_KEY}]"
+    cr, cw, r = (f"{details}.{n}[j]" for n in (2, 3, 4))
+    cost = (
+        f"(if(i >= {cr} + {cw}, i - {cr} - {cw}, i) * {p}.1 + {cr} * {p}.3 + {cw} * {p}.4"
+        f" + if(o >= {r}, o - {r}, o) * {p}.2 + {r} * {p}.5) / 1e6"
+    )
+    return (
+        f"arrayMap((k, i, o, j) -> if(i + o + {cr} + {cw} = 0, toNullable(0.), "
+        f"if(mapContains({prices}, {_MODEL_OF_KEY}), {cost}, NULL)), "
+        f"{usage}.1, {usage}.2, {usage}.3, arrayMap(k -> indexOf({details}.1, k), {usage}.1))"
+    )
+
+
+def priced_cost_sql(costs: str) -> str:
+    """The cost of a run's priced calls (``costs``: ``call_costs_sql``)."""
+    return f"arraySum(arrayMap(c -> ifNull(c, 0.), {costs}))"
+
+
+def unpriced_models_sql(usage: str, costs: str) -> str:
+    """The models of a run's unpriced calls, sorted."""
+    return (
+        f"arraySort(arrayDistinct(arrayFilter((k, c) -> c IS NULL, "
+        f"arrayMap(k -> {_MODEL_OF_KEY}, {usage}.1), {costs})))"
+    )
+
+
+def _summary_view(*, failures: bool, details: bool = False) -> str:
     create = "CREATE OR REPLACE VIEW" if failures else "CREATE VIEW IF NOT EXISTS"
     extra = _FAILURE_SUMMARY if failures else ""
-    return f"""
-{create} {{db}}.{RUN_SUMMARY_VIEW} AS
-WITH (
+    if not details:
+        prices = f"""(
     SELECT CAST((groupArray(Model), groupArray((InputUsdPerMTok, OutputUsdPerMTok))),
         'Map(String, Tuple(Float64, Float64))')
     FROM {{db}}.{MODEL_PRICES_TABLE} FINAL
-) AS prices
+)"""
+        cost = """arraySum(arrayMap((k, i, o) -> (i * prices[substring(k, position(k, ':') + 1)].1
+        + o * prices[substring(k, position(k, ':') + 1)].2) / 1e6,
+        usage.1, usage.2, usage.3)) AS cost_usd"""
+    else:
+        prices = prices_sql(f"{{db}}.{MODEL_PRICES_TABLE}")
+        costs = call_costs_sql("usage", "details", "prices")
+        cost = f"""maxMap(UsageDetails) AS details,
+    arraySum(details.2) AS cache_read_tokens,
+    arraySum(details.3) AS cache_creation_tokens,
+    arraySum(details.4) AS reasoning_tokens,
+    {costs} AS call_costs,
+    {priced_cost_sql("call_costs")} AS priced_cost_usd,
+    {unpriced_models_sql("usage", "call_costs")} AS unpriced_models,
+    if(empty(unpriced_models), priced_cost_usd, NULL) AS cost_usd"""
+    return f"""
+{create} {{db}}.{RUN_SUMMARY_VIEW} AS
+WITH {prices} AS prices
 SELECT
     ProjectId AS project,
     TraceId AS run_id,
@@ -229,9 +303,7 @@ SELECT
     maxMap(Usage) AS usage,
     arraySum(usage.2) AS input_tokens,
     arraySum(usage.3) AS output_tokens,
-    arraySum(arrayMap((k, i, o) -> (i * prices[substring(k, position(k, ':') + 1)].1
-        + o * prices[substring(k, position(k, ':') + 1)].2) / 1e6,
-        usage.1, usage.2, usage.3)) AS cost_usd,
+    {cost},
     ['capture', 'sweep', 'eval', 'replay'][max(KindCode) + 1] AS kind,
     max(SourceRunId) AS source_run_id,
     max(Verdict) AS verdict,
@@ -359,6 +431,45 @@ SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1
 """
 
 
+TOKEN_DETAIL_COLUMNS = ("CacheReadTokens", "CacheCreationTokens", "ReasoningTokens")
+"""Migration 5's columns of the spans: a model call's cache-read and cache-creation input
+tokens and reasoning output tokens (``gen_ai.usage.cache_read.input_tokens``,
+``...cache_creation.input_tokens``, ``...reasoning.output_tokens``), each part of the span's
+input or output tokens."""
+
+
+def _token_detail_ddl() -> tuple[str, ...]:
+    """Cache and reasoning tokens per span and per run, each token kind priced at its own
+    rate (ADR 39). Spans stored before have none: nothing to backfill."""
+    spans = tuple(
+        f"ALTER TABLE {{db}}.{SPANS_TABLE} ADD COLUMN IF NOT EXISTS {column} UInt64 "
+        "CODEC(T64, ZSTD(1))"
+        for column in TOKEN_DETAIL_COLUMNS
+    )
+    # A price set before the columns existed was an input and an output price: cached
+    # input at the input rate, reasoning at the output rate (the collector rewrites the
+    # table at start anyway).
+    prices = tuple(
+        f"ALTER TABLE {{db}}.{MODEL_PRICES_TABLE} ADD COLUMN IF NOT EXISTS {column}"
+        for column in (
+            "CacheReadUsdPerMTok Float64 DEFAULT InputUsdPerMTok",
+            "CacheWriteUsdPerMTok Float64 DEFAULT InputUsdPerMTok",
+            "ReasoningUsdPerMTok Float64 DEFAULT OutputUsdPerMTok",
+            "Source LowCardinality(String)",
+        )
+    )
+    return (
+        *spans,
+        f"ALTER TABLE {{db}}.{RUNS_TABLE} ADD COLUMN IF NOT EXISTS UsageDetails "
+        "SimpleAggregateFunction(maxMap, "
+        "Tuple(Array(String), Array(UInt64), Array(UInt64), Array(UInt64)))",
+        *prices,
+        f"ALTER TABLE {{db}}.{RUNS_TABLE}_mv MODIFY QUERY\n"
+        f"{_runs_select(failures=True, details=True)}GROUP BY ProjectId, TraceId",
+        _summary_view(failures=True, details=True),
+    )
+
+
 def migrations(ttl_days: int | None) -> tuple[Migration, ...]:
     return (
         Migration(
@@ -404,6 +515,7 @@ FROM {{db}}.{TRACE_ID_TS_TABLE}
             ),
         ),
         Migration(4, "failure signatures (ADR 34)", _failure_ddl()),
+        Migration(5, "cache and reasoning tokens, priced per kind (ADR 39)", _token_detail_ddl()),
         Migration(
             6,
             "OTLP log records (ADR 40)",

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from afr.incident import fixed_script
+from afr.incident import INCIDENT_MODEL, fixed_script
 from afr.scripted_model import ScriptedModelServer
 from replay_worker.app import WorkerThread
 from tests.e2e import test_replay
@@ -72,7 +72,8 @@ def test_usage_beyond_the_reservation_is_charged_and_shown(stack: Stack) -> None
                 stack,
                 model.base_url,
                 max_output_tokens=1,  # reserved: 1 output token; reported: dozens
-                prices_per_mtok={"*": (0.0, 100.0)},
+                # the replayed model (a database one) priced as an override: $100 out
+                prices_per_mtok={INCIDENT_MODEL: (0.0, 100.0)},
             )
         ) as worker,
     ):

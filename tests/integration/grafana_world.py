@@ -133,7 +133,6 @@ def redeliver(running: Running, run_id: str, key: str | None = None) -> None:
 
 def seed(running: Running) -> Seeded:
     store: Any = running.store.inner
-    store.set_model_prices(running.settings.model_prices)  # as Collector does with its own store
     source, replayed = capture_fixed_incident(running)
     synthesized = synthesize(source, running.run(replayed.replay_run_id))
     passing, failing = (

@@ -44,7 +44,7 @@ def main(mode: str, endpoint: str, key: str) -> None:
     logs.add_log_record_processor(
         SimpleLogRecordProcessor(OTLPLogExporter(endpoint=endpoint, headers=headers, insecure=True))
     )
-    instrumentor = OpenAIInstrumentor()
+    instrumentor = OpenAIInstrumentor()  # type: ignore[no-untyped-call]
     instrumentor.instrument(tracer_provider=spans, logger_provider=logs)
     with ScriptedModelServer(failing_script()) as model, contextlib.suppress(Exception):
         asyncio.run(run_incident(build_model("chat", model.base_url)))

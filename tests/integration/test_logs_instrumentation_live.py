@@ -74,7 +74,8 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Running
 
 
 def _model_call(run: dict[str, Any]) -> dict[str, Any]:
-    (span,) = [s for s in run["spans"] if s["span_type"] == "llm"]
+    spans: list[dict[str, Any]] = [s for s in run["spans"] if s["span_type"] == "llm"]
+    (span,) = spans
     return span
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from afr_common.prices import PriceBook, parse_price_table
 from collector.model import SpanRecord, encode_rows
 from collector.store.client import ClickHouseStore
 from collector.store.reader import RunFilter, RunReader, decode_cursor
@@ -24,7 +25,8 @@ from tests.records import span_record
 
 NS = 1_000_000_000
 BASE_NS = 1_700_000_000 * NS
-PRICES = {"gpt-4o": (2.5, 10.0), "gpt-4o-mini": (0.15, 0.6)}
+PRICES = parse_price_table({"gpt-4o": [2.5, 10.0, 1.25, 3.0], "gpt-4o-mini": [0.15, 0.6]})
+BOOK = PriceBook(PRICES, database=False)
 WORKFLOWS = ("refunds", "bookings", "triage")
 AGENTS = ("Triage", "Refunds", "Billing", "Search")
 KINDS = ("capture", "capture", "capture", "replay", "eval", "sweep")
@@ -46,9 +48,21 @@ SELECT
     multiIf(countIf(RunKind = 'replay') > 0, 'replay', countIf(RunKind = 'eval') > 0, 'eval',
         countIf(RunKind = 'sweep') > 0, 'sweep', 'capture'),
     anyIf(SourceRunId, SourceRunId != ''),
-    sumIf(InputTokens * 2.5 + OutputTokens * 10.0, Model = 'gpt-4o')
-        + sumIf(InputTokens * 0.15 + OutputTokens * 0.6, Model = 'gpt-4o-mini')
-FROM {db}.otel_traces FINAL
+    sum(multiIf(SpanType != 'llm', 0.,
+        Model = 'gpt-4o', Uncached * 2.5 + CacheReadTokens * 1.25 + CacheCreationTokens * 3.0
+            + OutputTokens * 10.0,
+        Model = 'gpt-4o-mini',
+            (Uncached + CacheReadTokens + CacheCreationTokens) * 0.15 + OutputTokens * 0.6,
+        0.)),
+    countIf(SpanType = 'llm' AND Model = 'unpriced' AND InputTokens + OutputTokens > 0),
+    sumIf(CacheReadTokens, SpanType = 'llm'),
+    sumIf(CacheCreationTokens, SpanType = 'llm'),
+    sumIf(ReasoningTokens, SpanType = 'llm')
+FROM (
+    SELECT *, if(InputTokens >= CacheReadTokens + CacheCreationTokens,
+        InputTokens - CacheReadTokens - CacheCreationTokens, InputTokens) AS Uncached
+    FROM {db}.otel_traces FINAL
+)
 WHERE ProjectId = {project:String}
 GROUP BY TraceId
 """
@@ -106,6 +120,11 @@ def _random_run(rng: random.Random, project: str, number: int) -> list[SpanRecor
             fields["model"] = rng.choice(("gpt-4o", "gpt-4o-mini", "unpriced"))
             fields["input_tokens"] = rng.randrange(1, 5000)
             fields["output_tokens"] = rng.randrange(1, 500)
+            if rng.random() < 0.6:  # a cached prompt; now and then reported apart (> input)
+                fields["cache_read_tokens"] = rng.randrange(0, fields["input_tokens"] + 200)
+                fields["cache_creation_tokens"] = rng.randrange(0, 100)
+            if rng.random() < 0.5:  # reasoning is part of the output, at the output rate
+                fields["reasoning_tokens"] = rng.randrange(0, fields["output_tokens"])
         if rng.random() < 0.15:
             fields["status_code"] = "Error"
             fields["error_type"] = "ToolError"
@@ -165,7 +184,9 @@ def _compute_oracle(store: ClickHouseStore, project: str) -> list[dict[str, Any]
     runs = []
     for row in store.query(_ORACLE, {"project": project}):
         (run_id, start, end, errors, count, failing, workflow, root_agent, agents) = row[:9]
-        input_tokens, output_tokens, kind, source, cost = row[9:]
+        input_tokens, output_tokens, kind, source, cost, unpriced = row[9:15]
+        cache_read, cache_creation, reasoning = row[15:]
+        priced = round(cost / 1e6, 9)
         runs.append(
             {
                 "run_id": run_id,
@@ -182,7 +203,11 @@ def _compute_oracle(store: ClickHouseStore, project: str) -> list[dict[str, Any]
                 "output_tokens": output_tokens,
                 "kind": kind,
                 "source_run_id": source or None,
-                "cost_usd": round(cost / 1e6, 9),
+                "cache_read_tokens": cache_read,
+                "cache_creation_tokens": cache_creation,
+                "reasoning_tokens": reasoning,
+                "cost_usd": None if unpriced else priced,
+                "unpriced_models": ["unpriced"] if unpriced else [],
             }
         )
     runs.sort(key=lambda run: (run["start_ns"], run["run_id"]), reverse=True)
@@ -245,7 +270,7 @@ def test_every_filter_pages_exactly_the_runs_the_spans_hold(
     seeded: ClickHouseStore, filters: dict[str, Any], window: tuple[int, int], limit: int
 ) -> None:
     # A small first read (K=4) forces the cutoff rule and the growing rounds to do the work.
-    reader = RunReader(seeded, query_timeout_s=10, max_spans=100, prices=PRICES)
+    reader = RunReader(seeded, query_timeout_s=10, max_spans=100, prices=BOOK)
     reader._FIRST_ROWS = 4
     for project in PROJECTS:
         flt = RunFilter(since_ns=window[0], until_ns=window[1], limit=limit, **filters)
@@ -253,7 +278,12 @@ def test_every_filter_pages_exactly_the_runs_the_spans_hold(
         listed = _page_all(reader, project, flt)
         assert [run["run_id"] for run in listed] == [run["run_id"] for run in expected]
         for got, want in zip(listed, expected, strict=True):
-            assert {key: got[key] for key in want} == want
+            assert {key: got[key] for key in want if key != "cost_usd"} == {
+                key: value for key, value in want.items() if key != "cost_usd"
+            }
+            assert got["cost_usd"] == (
+                None if want["cost_usd"] is None else pytest.approx(want["cost_usd"], abs=1e-9)
+            )
 
 
 def test_duplicates_and_split_blocks_count_once(seeded: ClickHouseStore) -> None:
@@ -266,7 +296,7 @@ def test_duplicates_and_split_blocks_count_once(seeded: ClickHouseStore) -> None
     )[0][0]
     # The dataset really exercises what the summary must survive.
     assert split > 50 and duplicated > 50
-    reader = RunReader(seeded, query_timeout_s=10, max_spans=100, prices=PRICES)
+    reader = RunReader(seeded, query_timeout_s=10, max_spans=100, prices=BOOK)
     for project in PROJECTS:
         listed = _page_all(reader, project, RunFilter(since_ns=0, until_ns=2**62, limit=200))
         assert (
@@ -279,12 +309,14 @@ def test_duplicates_and_split_blocks_count_once(seeded: ClickHouseStore) -> None
 
 
 def test_the_view_the_dashboards_read_agrees_with_the_read_api(seeded: ClickHouseStore) -> None:
-    reader = RunReader(seeded, query_timeout_s=10, max_spans=100, prices=PRICES)
+    reader = RunReader(seeded, query_timeout_s=10, max_spans=100, prices=BOOK)
     for project in PROJECTS:
         listed = _page_all(reader, project, RunFilter(since_ns=0, until_ns=2**62, limit=200))
         rows = seeded.query(
             "SELECT run_id, span_count, error_count, status, failing_span_id, workflow, "
-            "root_agent, agents, input_tokens, output_tokens, round(cost_usd, 9), kind "
+            "root_agent, agents, input_tokens, output_tokens, round(cost_usd, 9), kind, "
+            "cache_read_tokens, cache_creation_tokens, reasoning_tokens, "
+            "round(priced_cost_usd, 9), unpriced_models "
             "FROM {db}.run_summary WHERE project = {p:String}",
             {"p": project},
         )
@@ -302,8 +334,13 @@ def test_the_view_the_dashboards_read_agrees_with_the_read_api(seeded: ClickHous
                 run["agents"],
                 run["input_tokens"],
                 run["output_tokens"],
-                pytest.approx(run["cost_usd"]),
+                None if run["cost_usd"] is None else pytest.approx(run["cost_usd"]),
                 run["kind"],
+                run["cache_read_tokens"],
+                run["cache_creation_tokens"],
+                run["reasoning_tokens"],
+                pytest.approx(run["priced_cost_usd"]),
+                run["unpriced_models"],
             )
 
 
@@ -317,11 +354,12 @@ def test_runs_stored_before_the_summary_existed_are_backfilled(seeded: ClickHous
     for name in ("runs_mv", "run_summary", "runs", "model_prices"):
         kind = "VIEW" if name in ("runs_mv", "run_summary") else "TABLE"
         store.command(f"DROP {kind} {{db}}.{name}")
-    # And every later migration of the summary (4: its failure signatures) with it.
-    store.command("DELETE FROM {db}.schema_migrations WHERE Version IN (2, 4)")
+    # And every later migration of the summary (4: its failure signatures, 5: its cache and
+    # reasoning tokens) with it.
+    store.command("DELETE FROM {db}.schema_migrations WHERE Version IN (2, 4, 5)")
     store.command("OPTIMIZE TABLE {db}.schema_migrations FINAL")
-    assert store.migrate() == [2, 4]
-    reader = RunReader(store, query_timeout_s=10, max_spans=100, prices=PRICES)
+    assert store.migrate() == [2, 4, 5]
+    reader = RunReader(store, query_timeout_s=10, max_spans=100, prices=BOOK)
     listed, _ = reader.list_runs("alpha", RunFilter(since_ns=0, until_ns=2**62))
     assert [r["run_id"] for r in listed] == [run[0].trace_id]
     assert listed[0]["span_count"] == len(run)
@@ -335,7 +373,7 @@ def test_afr_up_links_the_newest_failing_run_to_its_grafana_timeline(
 
     from afr.commands.server import _grafana_line
 
-    reader = RunReader(seeded, query_timeout_s=10, max_spans=100, prices=PRICES)
+    reader = RunReader(seeded, query_timeout_s=10, max_spans=100, prices=BOOK)
     newest = max(
         (
             (span_ns, run_id, project)

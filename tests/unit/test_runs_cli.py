@@ -257,6 +257,23 @@ def test_fields_the_summary_may_lack_are_tolerated() -> None:
     assert "verdict" not in plain(render_run(body, PLAIN, linked=None))
 
 
+def test_cached_and_reasoning_tokens_and_an_unpriced_model_are_shown_never_as_zero() -> None:
+    wide = Terminal(width=120, colour=False, tz=UTC)
+    cached = summary(cache_read_tokens=600, cache_creation_tokens=0, reasoning_tokens=40)
+    assert "740/147 tokens, 600 cached · $0.000531" in render_run_row(cached, wide)[1]
+    shown = plain(render_run({"run": cached, "spans": []}, PLAIN, linked=None))
+    assert "740 in / 147 out (600 cached, 40 reasoning)" in shown
+    unpriced = summary(cost_usd=None, priced_cost_usd=0.0, unpriced_models=["acme-llm-7"])
+    row = render_run_row(unpriced, wide)[1]
+    assert row.endswith("· unpriced (acme-llm-7)") and "$" not in row
+    mixed = summary(cost_usd=None, priced_cost_usd=0.0024, unpriced_models=["acme\x1b[2J"])
+    shown = plain(render_run({"run": mixed, "spans": []}, PLAIN, linked=None))
+    assert "cost" in shown and "$0.002400 + unpriced (acme" in shown
+    assert "\x1b" not in shown, "a model name is the sender's text: no escape reaches the terminal"
+    colour = plain(render_run({"run": mixed, "spans": []}, COLOUR, linked=None))
+    assert "\x1b[33m" in colour, "an unknown cost stands out"
+
+
 def test_long_names_are_cut_with_an_ellipsis_and_wide_characters_counted_twice() -> None:
     long = summary(
         workflow="退款服务台" * 10,

@@ -22,9 +22,12 @@ from afr.grafana.dashboards.common import (
 from afr.grafana.panels import Grid, custom_variable, dashboard, override
 from afr.grafana.queries import (
     COST,
+    DETAILS,
     ERRORS,
     PRICES,
     SUMMARY,
+    UNPRICED,
+    UNPRICED_TEXT,
     USAGE,
     eval_outcome,
     picked_runs,
@@ -33,6 +36,10 @@ from afr.grafana.queries import (
 from afr_exporter import semconv as sc
 
 __all__ = ["agent_runs"]
+
+_KNOWN_COST = f"if(sum({COST}) = 0 AND {{unpriced}} > 0, NULL, sum({COST}))"
+"""The priced calls' cost of a set of runs; NULL (shown as unpriced, or a gap) when it has
+nothing but calls no price knows: their cost is unknown, not $0."""
 
 
 def agent_runs() -> dict[str, Any]:
@@ -43,7 +50,7 @@ def agent_runs() -> dict[str, Any]:
         custom_variable("status", "Status", ("ok", "error")),
         custom_variable("kind", "Kind", sc.RUN_KINDS),
     ]
-    per_run = window_runs([f"{ERRORS} AS errors", f"{USAGE} AS usage"])
+    per_run = window_runs([f"{ERRORS} AS errors", f"{USAGE} AS usage", f"{DETAILS} AS details"])
     grid = Grid()
     grid.add(
         stat(
@@ -54,18 +61,31 @@ def agent_runs() -> dict[str, Any]:
             "    if(runs > 0, failed_runs / runs, 0) AS error_rate,\n"
             "    sum(arraySum(usage.2)) AS input_tokens,\n"
             "    sum(arraySum(usage.3)) AS output_tokens,\n"
-            f"    sum({COST}) AS cost_usd\n"
+            "    sum(arraySum(details.2)) AS cache_read_tokens,\n"
+            "    sum(arraySum(details.4)) AS reasoning_tokens,\n"
+            f"    countIf(notEmpty({UNPRICED})) AS unpriced_runs,\n"
+            f"    {_KNOWN_COST.format(unpriced='unpriced_runs')} AS cost_usd\n"
             f"FROM (\n{per_run}\n)",
             "Runs that started in the time range and pass the filters. A failed run has at "
-            "least one errored span. Cost prices each model call's tokens with the store's "
-            "model_prices (models without a price cost nothing here).",
+            "least one errored span. Cost prices each kind of a model call's tokens (cached "
+            "input, cache writes, reasoning output) at its model's rate in the store's "
+            "model_prices (AFR_MODEL_PRICES, else the genai-prices database). A model neither "
+            "knows is unpriced: its calls are not in the cost, Unpriced runs counts the runs "
+            f"that have one, and a cost of nothing but such calls shows as {UNPRICED_TEXT}.",
             [
                 named("runs", "Runs"),
                 named("failed_runs", "Failed runs", color={"mode": "fixed", "fixedColor": "red"}),
                 named("error_rate", "Error rate", unit="percentunit", decimals=1),
                 named("input_tokens", "Input tokens", unit="short"),
                 named("output_tokens", "Output tokens", unit="short"),
-                named("cost_usd", "Cost", unit="currencyUSD", decimals=4),
+                named("cache_read_tokens", "Cached input tokens", unit="short"),
+                named("reasoning_tokens", "Reasoning tokens", unit="short"),
+                named(
+                    "unpriced_runs",
+                    "Unpriced runs",
+                    color={"mode": "fixed", "fixedColor": "orange"},
+                ),
+                named("cost_usd", "Cost", unit="currencyUSD", decimals=4, noValue=UNPRICED_TEXT),
             ],
         ),
         24,
@@ -101,9 +121,12 @@ def agent_runs() -> dict[str, Any]:
             "Tokens",
             "SELECT $__timeInterval(start) AS time,\n"
             "    sum(arraySum(usage.2)) AS input_tokens,\n"
-            "    sum(arraySum(usage.3)) AS output_tokens\n" + series,
+            "    sum(arraySum(usage.3)) AS output_tokens,\n"
+            "    sum(arraySum(details.2)) AS cached_input_tokens,\n"
+            "    sum(arraySum(details.4)) AS reasoning_tokens\n" + series,
             "short",
-            "Model tokens of the runs started in each interval (each model call counted once).",
+            "Model tokens of the runs started in each interval (each model call counted once); "
+            "cached input tokens are part of the input ones, reasoning tokens of the output.",
         ),
         12,
         8,
@@ -112,9 +135,13 @@ def agent_runs() -> dict[str, Any]:
         timeseries(
             "Cost",
             f"WITH {PRICES}\n"
-            f"SELECT $__timeInterval(start) AS time,\n    sum({COST}) AS cost_usd\n" + series,
+            "SELECT $__timeInterval(start) AS time,\n"
+            f"    {_KNOWN_COST.format(unpriced=f'countIf(notEmpty({UNPRICED}))')} AS cost_usd\n"
+            + series,
             "currencyUSD",
-            "USD, from each model call's tokens and the store's model_prices.",
+            "USD, each kind of a model call's tokens at its model's rate in the store's "
+            "model_prices. Calls of a model no price knows are not in it; an interval of "
+            "nothing but such calls has no value (a gap, not $0).",
             drawStyle="bars",
             fillOpacity=60,
         ),
@@ -144,7 +171,14 @@ def agent_runs() -> dict[str, Any]:
                 named("error_count", "errors", custom_width=70),
                 named("input_tokens", "tokens in", custom_width=90),
                 named("output_tokens", "tokens out", custom_width=90),
-                named("cost_usd", "cost", unit="currencyUSD", decimals=4, custom_width=90),
+                named(
+                    "cost_usd",
+                    "cost",
+                    unit="currencyUSD",
+                    decimals=4,
+                    custom_width=90,
+                    noValue=UNPRICED_TEXT,
+                ),
                 named("failing_span_name", "failing span"),
                 named("failing_error_type", "error"),
                 coloured("verdict", VERDICT_COLOURS),

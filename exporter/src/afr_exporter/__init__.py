@@ -41,7 +41,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """The package's classes, imported on first use: the collector and the worker import
-    ``afr_exporter.semconv`` and ``afr_exporter.prices`` without loading the Agents SDK."""
+    ``afr_exporter.semconv`` without loading the Agents SDK."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

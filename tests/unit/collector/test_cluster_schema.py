@@ -40,7 +40,7 @@ from collector.store.cluster import (
 )
 from collector.store.reader import RunFilter, RunReader
 from collector.store.schema import MIGRATIONS, Migration, migrations
-from tests.integration.test_run_summary import BASE_NS, NS, PRICES, PROJECTS, _random_run
+from tests.integration.test_run_summary import BASE_NS, BOOK, NS, PRICES, PROJECTS, _random_run
 
 CLUSTER = "afr_test"
 MIRRORED = "afr_mirrored"
@@ -233,7 +233,7 @@ def written(engine: Engine) -> Engine:
 
 
 def _reader(store: ClickHouseStore) -> RunReader:
-    return RunReader(store, query_timeout_s=10, max_spans=1000, prices=PRICES)
+    return RunReader(store, query_timeout_s=10, max_spans=1000, prices=BOOK)
 
 
 FILTERS: list[dict[str, Any]] = [

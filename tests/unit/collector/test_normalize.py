@@ -256,3 +256,55 @@ def test_text_sent_as_bytes_stays_text_binary_stays_base64() -> None:
     )
     (record,) = to_records(request, "p", 1).records
     assert record.span_attributes == {"text": "mail jane@example.com", "blob": "base64:/wAB"}
+
+
+def _set_usage(body: dict[str, object], changes: dict[str, object]) -> dict[str, object]:
+    """The recording with these attributes of its spans set (int, or a JSON object)."""
+    for resource in body["resourceSpans"]:  # type: ignore[attr-defined]
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for attribute in span.get("attributes", []):
+                    if attribute["key"] in changes:
+                        value = changes[attribute["key"]]
+                        attribute["value"] = (
+                            {"intValue": str(value)}
+                            if isinstance(value, int)
+                            else {"stringValue": json.dumps(value)}
+                        )
+    return body
+
+
+# What each recorded instrumentation sends the cache and reasoning tokens as (they are 0 in
+# the recordings: the scripted model cached nothing), set to figures of our own.
+USAGE_DETAILS: dict[str, dict[str, object]] = {
+    "openinference": {
+        "llm.token_count.prompt_details.cache_read": 90,
+        "llm.token_count.completion_details.reasoning": 7,
+    },
+    "openllmetry": {"gen_ai.usage.cache_read.input_tokens": 90, "gen_ai.usage.reasoning_tokens": 7},
+    "logfire": {
+        "gen_ai.usage.raw": {
+            "input_tokens": 130,
+            "input_tokens_details": {"cached_tokens": 90},
+            "output_tokens": 39,
+            "output_tokens_details": {"reasoning_tokens": 7},
+        }
+    },
+}
+DETAILED = tuple(r for r in RECORDINGS if r.name in USAGE_DETAILS)
+
+
+@pytest.mark.parametrize("recording", DETAILED, ids=ids(DETAILED))
+def test_cache_and_reasoning_tokens_under_each_dialects_names(recording: Recording) -> None:
+    body = _set_usage(request_body(recording), USAGE_DETAILS[recording.name])
+    llm = [r for r in normalize(decoded(body)) if r.span_type == "llm"]
+    assert llm
+    assert [(r.cache_read_tokens, r.reasoning_tokens) for r in llm] == [(90, 7)] * len(llm)
+    assert all(r.input_tokens >= r.cache_read_tokens for r in llm)
+
+
+@pytest.mark.parametrize("recording", ALL, ids=ids(ALL))
+def test_recordings_without_cached_tokens_have_none(recording: Recording) -> None:
+    records = whole_trace(recording)
+    assert not any(r.cache_read_tokens or r.cache_creation_tokens for r in records)
+    assert not any(r.reasoning_tokens for r in records)

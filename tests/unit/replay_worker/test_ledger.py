@@ -103,3 +103,52 @@ def test_a_request_is_charged_to_the_day_it_was_reserved_across_utc_midnight(
     fresh = book.reserve("gpt-4.1", 1_000, 250)  # would not fit the 30th's budget any more
     assert fresh.day == "2025-12-01"
     assert book.day.spend().spent_usd == pytest.approx(0.004)
+
+
+# The price database's figures (genai-prices 0.2.3), USD per million tokens, as published:
+# gpt-4.1-mini 0.40 in, 0.10 cached in, 1.60 out; claude-sonnet-4 3 in, 0.30 cache read,
+# 3.75 cache write, 15 out.
+@pytest.mark.parametrize(
+    ("model", "usage", "expected"),
+    [
+        # 10k input of which 8k cached, 2k output of which 1.5k reasoning (at the output rate)
+        (
+            "gpt-4.1-mini",
+            (10_000, 2_000, 8_000, 0, 1_500),
+            2_000 * 0.40 + 8_000 * 0.10 + 2_000 * 1.60,
+        ),
+        # Anthropic: 6k read, 2k written of 10k
+        (
+            "claude-sonnet-4-20250514",
+            (10_000, 500, 6_000, 2_000, 0),
+            2_000 * 3 + 6_000 * 0.30 + 2_000 * 3.75 + 500 * 15,
+        ),
+        # a model only the override table knows, with its own cache rate
+        ("house-model", (1_000, 100, 600, 0, 0), 400 * 2 + 600 * 0.5 + 100 * 8),
+        # a model nobody knows: the conservative "*" rates, whatever the kind
+        ("some-new-model", (1_000, 100, 600, 0, 50), 1_000 * 10 + 100 * 40),
+    ],
+    ids=["database-cached-reasoning", "database-cache-write", "override", "unlisted"],
+)
+def test_settled_usage_is_priced_per_token_kind_at_the_database_rates(
+    state_at: Path | str, model: str, usage: tuple[int, ...], expected: float
+) -> None:
+    budget = DayBudget(StateStore(state_at), 10.0, ManualClock())
+    book = JobLedger(1.0, budget, {**DEFAULT_PRICES_PER_MTOK, "house-model": [2, 8, 0.5, 2]})
+    input_tokens, output_tokens, cache_read, cache_write, reasoning = usage
+    charged = book.settle(
+        book.reserve(model, input_tokens, output_tokens),
+        input_tokens,
+        output_tokens,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        reasoning_tokens=reasoning,
+    )
+    assert charged == pytest.approx(expected / 1e6)
+    assert book.day.spend().spent_usd == pytest.approx(expected / 1e6)
+
+
+def test_the_reservation_takes_the_dearest_rate_of_each_kind(state_at: Path | str) -> None:
+    # A prompt may turn out to be written to the cache, which costs more than plain input.
+    reservation = ledger(state_at).reserve("claude-sonnet-4-20250514", 10_000, 1_000)
+    assert reservation.cost_usd == pytest.approx((10_000 * 3.75 + 1_000 * 15) / 1e6)
