@@ -44,6 +44,8 @@ from replay_worker.sweeps import STATUSES as EVAL_STATUSES
 
 __all__ = [
     "AGENTS",
+    "CONVERSATION",
+    "CONVERSATION_ID",
     "COST",
     "DETAILS",
     "ERRORS",
@@ -72,6 +74,7 @@ __all__ = [
     "WORKFLOW",
     "WORKFLOW_OF_ROW",
     "all_or",
+    "conversation_runs",
     "eval_outcome",
     "failure_clusters",
     "failure_title",
@@ -169,7 +172,13 @@ RUN_SLACK = "INTERVAL 1 HOUR"
 """How long before the window a run's rows are read: a run that started in the window is
 seen whole (its start exact) when it lasted less than this."""
 
+CONVERSATION_ID = "${conversation:singlequote}"
+"""The conversation textbox (a conversation id; empty: every run)."""
+CONVERSATION = "max(Conversation)"
+"""A run's conversation (``gen_ai.conversation.id``), from its merged ``runs`` rows."""
+
 FILTERS = {
+    "conversation": f"({CONVERSATION_ID} = '' OR {CONVERSATION} = {CONVERSATION_ID})",
     "workflow": all_or(f"{WORKFLOW} IN ({values('workflow')})", "workflow"),
     "agent": all_or(f"hasAny({AGENTS}, [{values('agent')}])", "agent"),
     "status": all_or(f"{STATUS} IN ({values('status')})", "status"),
@@ -209,6 +218,24 @@ def window_runs(
         f"  AND Start >= $__fromTime - {RUN_SLACK} AND Start <= $__toTime\n"
         "GROUP BY ProjectId, TraceId\n"
         "HAVING " + "\n  AND ".join(conditions)
+    )
+
+
+def conversation_runs(conversation: str, limit: int) -> str:
+    """The runs of the selected projects in the conversation ``conversation`` (a SQL
+    string) that started before the end of the time range, however long before: a
+    conversation's runs are few and the earlier ones are the context of the later. In start
+    order (``start, run_id, project, status, kind, verdict, workflow, error``), each once."""
+    return (
+        "SELECT start, run_id, project, status, kind,\n"
+        f"    if(kind = 'eval', {eval_outcome('verdict', 'error_count')}, verdict) AS verdict,\n"
+        "    workflow, failing_error_type AS error, duration_ms\n"
+        f"FROM {SUMMARY}\n"
+        f"WHERE {in_projects('project')} AND run_id IN (\n"
+        f"    SELECT DISTINCT TraceId FROM {RUNS}\n"
+        f"    WHERE {in_projects()} AND Conversation = {conversation} AND {conversation} != ''\n"
+        "      AND Start <= $__toTime)\n"
+        f"ORDER BY start, run_id, project\nLIMIT {limit}"
     )
 
 

@@ -63,6 +63,7 @@ def _filter_params(args: argparse.Namespace, now_s: float) -> dict[str, str]:
         ("agent", "agent"),
         ("kind", "kind"),
         ("source_run", "source_run_id"),
+        ("conversation", "conversation_id"),
     ):
         value = getattr(args, name, None)
         if value:

@@ -40,6 +40,11 @@ def add_runs_parser(
         parser.add_argument("--agent", help="runs this agent took part in")
         parser.add_argument("--kind", help="capture, replay, eval or sweep")
         parser.add_argument("--source-run", metavar="RUN_ID", help="replays and evals of a run")
+        parser.add_argument(
+            "--conversation",
+            metavar="ID",
+            help="the runs of one conversation (gen_ai.conversation.id, the SDK's group_id)",
+        )
 
     listing = sub.add_parser("list", help="run summaries, newest first")
     filters(listing, None)

@@ -186,7 +186,7 @@ def render_run_row(summary: Mapping[str, Any], term: Terminal, *, note: str = ""
 
 
 def _label(term: Terminal, label: str, value: str, *codes: str) -> str:
-    text = term.fit(f"  {label:<{_LABEL_WIDTH}}{value}")
+    text = term.fit(f"  {label + ' ':<{_LABEL_WIDTH}}{value}")
     return term.paint(text, *codes) if codes else text
 
 
@@ -206,6 +206,9 @@ def _run_header(summary: Mapping[str, Any], term: Terminal) -> list[str]:
         if summary.get(field):
             lines.append(_label(term, label, clean(str(summary[field]))))
     lines.append(_label(term, "workflow", clean(str(summary.get("workflow") or "?"))))
+    if summary.get("conversation_id"):
+        conversation = clean(str(summary["conversation_id"]))
+        lines.append(_label(term, "conversation", conversation))
     agents = [clean(str(a)) for a in summary.get("agents") or []]
     root = clean(str(summary.get("root_agent") or ""))
     if agents:

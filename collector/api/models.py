@@ -110,6 +110,15 @@ def _source_run_id(value: object) -> str | None:
     return text
 
 
+def _conversation(value: object) -> str | None:
+    if value is None or value == "":
+        return None
+    text = str(value)
+    if len(text) > 256 or not text.isprintable():
+        raise ValueError("conversation_id must be at most 256 printable characters")
+    return text
+
+
 def _cursor(value: object) -> str | None:
     if value is None or value == "":
         return None
@@ -139,6 +148,9 @@ class RunQuery(BaseModel):
     kind: RunKind | None = None
     source_run_id: Annotated[str | None, BeforeValidator(_source_run_id)] = Field(
         None, description="its replays and eval runs (32 hex digits)"
+    )
+    conversation_id: Annotated[str | None, BeforeValidator(_conversation)] = Field(
+        None, description="the runs of one conversation (gen_ai.conversation.id)"
     )
     limit: Annotated[int, BeforeValidator(_limit)] = Field(
         50, ge=1, description="page size, at most AFR_API_MAX_RUNS"
@@ -189,6 +201,11 @@ class Run(BaseModel):
         None,
         description="a failing run's failure signature (16 hex digits): its cluster is "
         "/api/v1/failures/{signature}",
+    )
+    conversation_id: str | None = Field(
+        None,
+        description="the conversation (session, thread) the run belongs to: "
+        "gen_ai.conversation.id, the Agents SDK's group_id",
     )
 
 

@@ -257,6 +257,7 @@ class RunsApi:
             agent=query.agent,
             kind=query.kind,
             source_run_id=query.source_run_id,
+            conversation_id=query.conversation_id,
             limit=query.limit,
             cursor=decode_cursor(query.cursor) if query.cursor else None,
         )

@@ -45,7 +45,8 @@ SELECT
     max(SweepId) AS sweep_id,
     min(Failure) AS failure,
     {SIGNATURE_SQL.format(cause="failure.2", path=FAILURE_PATH_SQL.format(failure="failure"))}
-        AS signature
+        AS signature,
+    max(Conversation) AS conversation_id
 FROM {{db}}.{RUNS_TABLE}
 WHERE ProjectId = {{project:String}} AND TraceId IN {{run_ids:Array(String)}}
 GROUP BY TraceId
@@ -71,6 +72,7 @@ _MERGED_FIELDS = (
     "sweep_id",
     "failure",
     "signature",
+    "conversation_id",
 )
 _FILTER_MERGES = {
     "error_count": "length(groupUniqArrayArray(ErrorSpans)) AS error_count",
@@ -78,6 +80,7 @@ _FILTER_MERGES = {
     "workflow": "min(Workflow).2 AS workflow",
     "agents": "groupUniqArrayArray(Agents) AS agents",
     "source_run_id": "max(SourceRunId) AS source_run_id",
+    "conversation_id": "max(Conversation) AS conversation_id",
 }
 """The merges a run-list filter needs, by the name its HAVING condition uses."""
 
@@ -134,6 +137,8 @@ class RunFilter:
     kind: str | None = None
     source_run_id: str | None = None
     """Runs linked to this source run: its replays and the eval runs of the incident."""
+    conversation_id: str | None = None
+    """The runs of one conversation (``gen_ai.conversation.id``)."""
     limit: int = 50
     cursor: tuple[int, str] | None = None
 
@@ -218,7 +223,15 @@ def _summary(row: tuple[Any, ...], prices: PriceBook) -> dict[str, Any]:
         "eval_name": merged["eval_name"] or None,
         "sweep_id": merged["sweep_id"] or None,
         "signature": merged["signature"] or None,
+        "conversation_id": merged["conversation_id"] or None,
     }
+
+
+def _most_selective(conditions: list[str]) -> str:
+    """The existential condition that picks the fewest runs: a source run's or a
+    conversation's (a handful of runs), else the first."""
+    narrow = [c for c in conditions if "source_run_id" in c or "conversation_id" in c]
+    return narrow[-1] if narrow else conditions[0]
 
 
 class RunReader:
@@ -304,6 +317,10 @@ class RunReader:
             params["source_run_id"] = flt.source_run_id
             some_row.append("SourceRunId = {source_run_id:String}")
             having.append("source_run_id = {source_run_id:String}")
+        if flt.conversation_id:
+            params["conversation_id"] = flt.conversation_id
+            some_row.append("Conversation = {conversation_id:String}")
+            having.append("conversation_id = {conversation_id:String}")
         if flt.cursor:
             params["cursor_ns"], params["cursor_run"] = flt.cursor
             having.append("(start_ns, run_id) < ({cursor_ns:Int64}, {cursor_run:String})")
@@ -388,7 +405,7 @@ class RunReader:
                 "ProjectId = {project:String}",
                 "Start >= fromUnixTimestamp64Nano({since_ns:Int64})",
                 *every_row,
-                some_row[-1] if "source_run_id" in params else some_row[0],
+                _most_selective(some_row),
             ]
         )
         merges = ["toUnixTimestamp64Nano(min(Start)) AS start_ns"] + [

@@ -162,8 +162,18 @@ _DETAIL_COLUMNS = """,
 reasoning tokens, keyed as ``Usage`` is (ADR 39)."""
 
 
-def _runs_select(*, failures: bool, details: bool = False) -> str:
-    extra = (_FAILURE_COLUMNS if failures else "") + (_DETAIL_COLUMNS if details else "")
+_CONVERSATION_COLUMN = """,
+    max(SpanAttributes['gen_ai.conversation.id']) AS Conversation"""
+"""Migration 7's column of ``runs``: the conversation (session, thread) the run belongs to,
+``gen_ai.conversation.id`` (the Agents SDK's ``group_id``), on any of its spans."""
+
+
+def _runs_select(*, failures: bool, details: bool = False, conversations: bool = False) -> str:
+    extra = (
+        (_FAILURE_COLUMNS if failures else "")
+        + (_DETAIL_COLUMNS if details else "")
+        + (_CONVERSATION_COLUMN if conversations else "")
+    )
     return f"""
 SELECT ProjectId, TraceId,
     min(Timestamp) AS Start,
@@ -258,9 +268,11 @@ def unpriced_models_sql(usage: str, costs: str) -> str:
     )
 
 
-def _summary_view(*, failures: bool, details: bool = False) -> str:
+def _summary_view(*, failures: bool, details: bool = False, conversations: bool = False) -> str:
     create = "CREATE OR REPLACE VIEW" if failures else "CREATE VIEW IF NOT EXISTS"
-    extra = _FAILURE_SUMMARY if failures else ""
+    extra = (_FAILURE_SUMMARY if failures else "") + (
+        ",\n    max(Conversation) AS conversation_id" if conversations else ""
+    )
     if not details:
         prices = f"""(
     SELECT CAST((groupArray(Model), groupArray((InputUsdPerMTok, OutputUsdPerMTok))),
@@ -470,6 +482,19 @@ def _token_detail_ddl() -> tuple[str, ...]:
     )
 
 
+def _conversation_ddl() -> tuple[str, ...]:
+    """The run's conversation in the summary (ADR 41). Runs stored before have none: the
+    spans still hold it, but a backfill would rewrite every summary for a filter."""
+    return (
+        f"ALTER TABLE {{db}}.{RUNS_TABLE} ADD COLUMN IF NOT EXISTS Conversation "
+        "SimpleAggregateFunction(max, String)",
+        f"ALTER TABLE {{db}}.{RUNS_TABLE}_mv MODIFY QUERY\n"
+        f"{_runs_select(failures=True, details=True, conversations=True)}"
+        "GROUP BY ProjectId, TraceId",
+        _summary_view(failures=True, details=True, conversations=True),
+    )
+
+
 def migrations(ttl_days: int | None) -> tuple[Migration, ...]:
     return (
         Migration(
@@ -525,6 +550,7 @@ FROM {{db}}.{TRACE_ID_TS_TABLE}
                 f"SELECT * FROM {{db}}.{LOGS_TABLE} FINAL",
             ),
         ),
+        Migration(7, "the run's conversation (ADR 41)", _conversation_ddl()),
     )
 
 

@@ -216,9 +216,15 @@ def _numeric(type_name: str) -> bool:
     return bool(re.search(r"Int|Float|Decimal", type_name))
 
 
+CONVERSATION = "conv_refund_desk_demo"
+"""The incident's group id: its source run, replay and eval runs share it."""
+
+
 def _opened_on(world: World, uid: str) -> list[dict[str, str]]:
     """What a dashboard is opened on: the run timeline on the failing source run (its
     failure's cluster) and on its replay (its tool calls against the source's)."""
+    if uid == RUNS_UID:  # as opened, and on the source run's conversation
+        return [{}, {"conversation": CONVERSATION}]
     if uid != RUN_UID:
         return [{}]
     runs = (world.seeded.source_run_id, world.seeded.replay_run_id)
@@ -415,6 +421,32 @@ def test_the_run_timeline_shows_its_log_records_once_each_in_time_order(world: W
     }
     assert {r["spanID"] for r in rows} == model_calls | {""}
     assert rows[0]["level"] == "WARN" and rows[0]["body"] == "refund requested for order A-1001"
+
+
+def test_a_conversation_lists_its_runs_once_each_in_order_in_both_dashboards(
+    world: World,
+) -> None:
+    """The source run's conversation: its runs as the read API's conversation filter gives
+    them (delivered twice, and once to another project: each once, this project's only), in
+    start order, the same on the Run timeline and on Agent runs; the filter narrows Recent
+    runs to them."""
+    api = world.running.api(
+        "/api/v1/runs", conversation_id=CONVERSATION, since=1, limit=100
+    ).json()["runs"]
+    expected = sorted((r["start_ns"], r["run_id"]) for r in api)
+    assert world.seeded.source_run_id in {r for _, r in expected}
+    assert world.seeded.replay_run_id in {r for _, r in expected}
+    on_timeline = timeline(world, "This conversation", world.seeded.source_run_id)
+    on_runs = world.panel(RUNS_UID, "Conversation", conversation=CONVERSATION).dicts()
+    assert [r["run_id"] for r in on_timeline] == [r for _, r in expected]
+    assert [r["run_id"] for r in on_runs] == [r for _, r in expected]
+    assert {r["project"] for r in on_runs} == {PROJECT}
+    assert world.panel(RUNS_UID, "Conversation").dicts() == [], "no conversation chosen"
+    recent = world.panel(RUNS_UID, "Recent runs", conversation=CONVERSATION).dicts()
+    assert recent and {r["conversation_id"] for r in recent} == {CONVERSATION}
+    everything = world.panel(RUNS_UID, "Recent runs").dicts()
+    assert len(everything) > len(recent), "the sweeps' summary runs have no conversation"
+    assert world.panel(RUNS_UID, "Recent runs", conversation="no-such").dicts() == []
 
 
 def test_the_selected_span_shows_what_it_got_and_returned(world: World) -> None:

@@ -20,6 +20,7 @@ from afr.grafana.dashboards.common import (
     stat,
     table,
 )
+from afr.grafana.dashboards.runs import CONVERSATION_FIELDS, CONVERSATION_RUNS
 from afr.grafana.panels import (
     FORMAT_LOGS,
     FORMAT_TRACE,
@@ -43,6 +44,7 @@ from afr.grafana.queries import (
     TRACE_SPAN_LIMIT,
     TRACES,
     UNPRICED_TEXT,
+    conversation_runs,
     eval_outcome,
     failure_clusters,
     in_projects,
@@ -518,6 +520,21 @@ def run_timeline() -> dict[str, Any]:
         ),
         24,
         7,
+    )
+    grid.add(
+        table(
+            "This conversation",
+            f"WITH {_RUN},\n"
+            f"(SELECT max(Conversation) FROM {RUNS} WHERE ProjectId = run_project"
+            f" AND TraceId = {RUN_ID}) AS run_conversation\n"
+            + conversation_runs("run_conversation", CONVERSATION_RUNS),
+            "The runs of this run's conversation (gen_ai.conversation.id, the Agents SDK's "
+            "group_id) in the order they started, this one among them: what came before it "
+            "and after. Empty for a run without a conversation.",
+            CONVERSATION_FIELDS,
+        ),
+        24,
+        6,
     )
     grid.add(
         table(

@@ -6,6 +6,7 @@ from typing import Any
 
 from afr.grafana.dashboards.common import (
     RECENT_RUNS,
+    ROW_PROJECT,
     RUNS_UID,
     STATUS_COLOURS,
     VERDICT_COLOURS,
@@ -19,8 +20,9 @@ from afr.grafana.dashboards.common import (
     timeseries,
     workflow_variable,
 )
-from afr.grafana.panels import Grid, custom_variable, dashboard, override
+from afr.grafana.panels import Grid, custom_variable, dashboard, link, override, textbox
 from afr.grafana.queries import (
+    CONVERSATION_ID,
     COST,
     DETAILS,
     ERRORS,
@@ -29,13 +31,26 @@ from afr.grafana.queries import (
     UNPRICED,
     UNPRICED_TEXT,
     USAGE,
+    conversation_runs,
     eval_outcome,
     picked_runs,
     window_runs,
 )
 from afr_exporter import semconv as sc
 
-__all__ = ["agent_runs"]
+__all__ = ["CONVERSATION_FIELDS", "CONVERSATION_RUNS", "agent_runs"]
+
+_FILTERS = ("workflow", "agent", "status", "kind", "conversation")
+CONVERSATION_RUNS = 200
+"""Runs a conversation panel lists."""
+CONVERSATION_FIELDS = [
+    override("start", custom_width=180),
+    coloured("status", STATUS_COLOURS, 80),
+    coloured("verdict", VERDICT_COLOURS),
+    named("duration_ms", "duration", unit="ms", decimals=0, custom_width=90),
+    named("run_id", "run", links=[run_link()]),
+]
+"""The columns of a conversation's runs (the Run timeline shows them too)."""
 
 _KNOWN_COST = f"if(sum({COST}) = 0 AND {{unpriced}} > 0, NULL, sum({COST}))"
 """The priced calls' cost of a set of runs; NULL (shown as unpriced, or a gap) when it has
@@ -49,8 +64,16 @@ def agent_runs() -> dict[str, Any]:
         agent_variable(),
         custom_variable("status", "Status", ("ok", "error")),
         custom_variable("kind", "Kind", sc.RUN_KINDS),
+        textbox(
+            "conversation",
+            "Conversation",
+            "A conversation id (gen_ai.conversation.id, the Agents SDK's group_id): only "
+            "its runs count, and its runs are listed in order; empty: every run.",
+        ),
     ]
-    per_run = window_runs([f"{ERRORS} AS errors", f"{USAGE} AS usage", f"{DETAILS} AS details"])
+    per_run = window_runs(
+        [f"{ERRORS} AS errors", f"{USAGE} AS usage", f"{DETAILS} AS details"], filters=_FILTERS
+    )
     grid = Grid()
     grid.add(
         stat(
@@ -148,7 +171,7 @@ def agent_runs() -> dict[str, Any]:
         12,
         8,
     )
-    candidates = window_runs([])
+    candidates = window_runs([], filters=_FILTERS)
     grid.add(
         table(
             "Recent runs",
@@ -156,7 +179,7 @@ def agent_runs() -> dict[str, Any]:
             "    input_tokens, output_tokens, cost_usd, kind,\n"
             "    failing_span_name, failing_error_type,\n"
             f"    if(kind = 'eval', {eval_outcome('verdict', 'error_count')}, verdict) AS verdict,\n"
-            "    run_id, source_run_id, project\n"
+            "    run_id, source_run_id, conversation_id, project\n"
             f"FROM {SUMMARY}\n"
             f"WHERE {picked_runs(candidates, RECENT_RUNS)}\n"
             "ORDER BY start DESC, run_id, project",
@@ -184,10 +207,34 @@ def agent_runs() -> dict[str, Any]:
                 coloured("verdict", VERDICT_COLOURS),
                 named("run_id", "run", links=[run_link()]),
                 named("source_run_id", "source run", links=[run_link("Open the source run")]),
+                named(
+                    "conversation_id",
+                    "conversation",
+                    links=[
+                        link(
+                            "Show this conversation's runs",
+                            RUNS_UID,
+                            "var-conversation=${__data.fields.conversation_id}",
+                            ROW_PROJECT,
+                        )
+                    ],
+                ),
             ],
         ),
         24,
         12,
+    )
+    grid.add(
+        table(
+            "Conversation",
+            conversation_runs(CONVERSATION_ID, CONVERSATION_RUNS),
+            "The runs of the conversation chosen above, in the order they started (whatever "
+            "the time range: the earlier runs are the later ones' context), each with its "
+            "status, verdict and error. Empty when no conversation is chosen.",
+            CONVERSATION_FIELDS,
+        ),
+        24,
+        8,
     )
     return dashboard(
         RUNS_UID,
