@@ -228,3 +228,42 @@ def test_the_joined_tool_call_id_reaches_the_replay_fixture(
     assert {call for _, call in stored(collector, run_id).values()} == {""}
     fixture = build_fixture(collector.run(run_id))
     assert [(c.tool, c.call_id) for c in fixture.tool_calls] == [("refund_order", "call_refund_1")]
+
+
+def test_the_exporter_under_the_latest_conventions_gives_the_same_run(
+    collector: Running, afr_bodies: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``, as the OTel
+    instrumentations read it: the bridge's workflow root is an ``invoke_agent`` span and its
+    agents carry ``gen_ai.agent.id``; the collector reads the same run either way."""
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "http, gen_ai_latest_experimental")
+    latest = afr_run_body("responses")
+    roots = [s for s in _spans_of(latest) if not s.get("parentSpanId")]
+    (root,) = roots
+    attributes = {a["key"]: a["value"].get("stringValue") for a in root["attributes"]}
+    assert attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert root["name"] == "invoke_agent refund-desk"
+    agents = [
+        {a["key"]: a["value"].get("stringValue") for a in s["attributes"]}
+        for s in _spans_of(latest)
+        if any(a["key"] == "gen_ai.agent.name" for a in s["attributes"])
+        and any(a["value"].get("stringValue") == "invoke_agent" for a in s["attributes"])
+        and s.get("parentSpanId")
+    ]
+    assert {a["gen_ai.agent.id"] for a in agents} == {"Triage Agent", "Refund Agent"}
+    today = afr_bodies["responses"]
+    assert not any(
+        a["key"] == "gen_ai.agent.id" for s in _spans_of(today) for a in s["attributes"]
+    ), "today's names without the opt-in"
+    runs = [collector.run(ingest(collector, body, "whole trace, gRPC")) for body in (today, latest)]
+    shape = [
+        sorted((s["span_type"], s["agent_name"], s["tool_name"], s["model"]) for s in r["spans"])
+        for r in runs
+    ]
+    assert shape[0] == shape[1]
+    keys = ("workflow", "agents", "root_agent", "status", "input_tokens", "output_tokens")
+    assert {k: runs[1]["run"][k] for k in keys} == {k: runs[0]["run"][k] for k in keys}
+
+
+def _spans_of(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [s for r in body["resourceSpans"] for ss in r["scopeSpans"] for s in ss["spans"]]

@@ -119,7 +119,11 @@ def build_processor(
         resource = resource.merge(Resource({"service.name": "afr-agent"}))
     return AfrTracingProcessor(
         span_exporter or _otlp_exporter(settings),
-        SpanConverter(resource, capture_content=settings.capture_content),
+        SpanConverter(
+            resource,
+            capture_content=settings.capture_content,
+            latest_conventions=settings.latest_genai_conventions,
+        ),
         max_queue_spans=settings.max_queue_spans,
         max_export_batch=settings.max_export_batch,
         schedule_delay_s=settings.schedule_delay_s,

@@ -206,10 +206,20 @@ def tool_definitions(tools: Sequence[Any], handoffs: Sequence[Any]) -> list[dict
 class SpanConverter:
     """Converts SDK spans and traces into OTel ``ReadableSpan`` objects ready to export."""
 
-    def __init__(self, resource: Resource, *, capture_content: bool = True) -> None:
+    def __init__(
+        self,
+        resource: Resource,
+        *,
+        capture_content: bool = True,
+        latest_conventions: bool = False,
+    ) -> None:
+        """``latest_conventions`` (``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``):
+        the workflow root is an ``invoke_agent`` span (the latest GenAI conventions folded the
+        workflow into it) and agent spans carry ``gen_ai.agent.id``; else today's names."""
         self._resource = resource
         self._scope = InstrumentationScope(sc.SCOPE_NAME, _version())
         self._capture_content = capture_content
+        self._latest = latest_conventions
         self._traces: OrderedDict[str, _OpenTrace] = OrderedDict()
         self._pending_calls: OrderedDict[tuple[str, str | None], list[messages.ToolCall]] = (
             OrderedDict()
@@ -244,9 +254,10 @@ class SpanConverter:
         start = min(x for x in (state.started_ns, state.first_start_ns, ended_ns) if x is not None)
         end = max(x for x in (ended_ns, state.last_end_ns) if x is not None)
         name = state.name or "Agent workflow"
-        draft = _Draft(f"{sc.OP_INVOKE_WORKFLOW} {name}")
+        operation = sc.OP_INVOKE_AGENT if self._latest else sc.OP_INVOKE_WORKFLOW
+        draft = _Draft(f"{operation} {name}")
         draft.put(sc.AFR_SPAN_TYPE, "workflow")
-        draft.put(sc.GEN_AI_OPERATION_NAME, sc.OP_INVOKE_WORKFLOW)
+        draft.put(sc.GEN_AI_OPERATION_NAME, operation)
         draft.put(sc.GEN_AI_WORKFLOW_NAME, name)
         draft.put(sc.AFR_WORKFLOW_NAME, name)
         draft.put(sc.GEN_AI_CONVERSATION_ID, state.group_id)
@@ -415,6 +426,8 @@ class SpanConverter:
         draft = _Draft(f"{sc.OP_INVOKE_AGENT} {data.name}")
         draft.put(sc.GEN_AI_OPERATION_NAME, sc.OP_INVOKE_AGENT)
         draft.put(sc.GEN_AI_AGENT_NAME, data.name)
+        if self._latest:  # the SDK's agents have no id of their own: their name is one
+            draft.put(sc.GEN_AI_AGENT_ID, data.name)
         draft.put(sc.AFR_AGENT_HANDOFFS, list(data.handoffs or []))
         draft.put(sc.AFR_AGENT_TOOLS, list(data.tools or []))
         draft.put(sc.AFR_AGENT_OUTPUT_TYPE, data.output_type)

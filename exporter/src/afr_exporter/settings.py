@@ -64,8 +64,22 @@ class ExporterSettings(BaseSettings):
         ),
     )
     """False -> no messages, instructions, tool arguments or results leave the process."""
+    semconv_opt_in: str = Field(
+        default="",
+        validation_alias=AliasChoices("semconv_opt_in", "OTEL_SEMCONV_STABILITY_OPT_IN"),
+    )
+    """As the OTel instrumentations read it: with ``gen_ai_latest_experimental`` among its
+    comma-separated values the bridge writes the latest GenAI conventions' names (the
+    workflow folded into ``invoke_agent``, ``gen_ai.agent.id``); else today's."""
     service_name: str | None = None
     """``service.name``; unset -> ``OTEL_SERVICE_NAME``, then ``afr-agent``."""
+
+    @property
+    def latest_genai_conventions(self) -> bool:
+        return "gen_ai_latest_experimental" in {
+            part.strip() for part in self.semconv_opt_in.split(",")
+        }
+
     keep_openai_uploader: bool = False
     """Keep the SDK's default processor that uploads traces to OpenAI."""
 
