@@ -55,6 +55,24 @@ class Tenancy:
         )
 
 
+def _export_log(running: Running, key: str, service: str, marker: str, trace: str) -> None:
+    """One log record of the run, through the OTel SDK's OTLP/HTTP log exporter."""
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+
+    provider = LoggerProvider(resource=Resource.create({"service.name": service}))
+    exporter = OTLPLogExporter(endpoint=running.http_url + "/v1/logs", headers=running.headers(key))
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    provider.get_logger("tenancy").emit(
+        LogRecord(
+            trace_id=int(trace, 16), span_id=1, body=f"log of {marker}", attributes={"note": marker}
+        )
+    )
+    provider.shutdown()
+
+
 def _export(running: Running, key: str, service: str, marker: str) -> str:
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     exporter = OTLPSpanExporter(
@@ -78,6 +96,8 @@ def tenancy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenancy]:
         their_key = running.collector.keys.create(THEIRS)
         our_trace = _export(running, running.key, "checkout", "ours")
         their_trace = _export(running, their_key, "billing", MARKER)
+        _export_log(running, running.key, "checkout", "ours", our_trace)
+        _export_log(running, their_key, "billing", MARKER, their_trace)
         running.run(our_trace)
         running.run(their_trace, their_key)
         created = SqlUserStore(running.settings.keys_path).create(OURS)
@@ -118,6 +138,11 @@ SCOPED = [
     "SELECT arrayJoin(groupArray(SpanName)) FROM afr.otel_traces",
     "SELECT _part, SpanName FROM afr.otel_traces",
     "SELECT SpanName FROM afr.otel_traces LIMIT 1 BY ProjectId",
+    "SELECT * FROM afr.otel_logs FORMAT JSONEachRow",
+    "SELECT Body, LogAttributes, ServiceName FROM afr.logs",
+    "SELECT count() FROM afr.otel_logs WHERE ProjectId = 'elsewhere'",
+    "SELECT Body FROM afr.otel_logs WHERE TraceId = '{their}'",
+    "SELECT TraceId FROM afr.otel_logs UNION ALL SELECT TraceId FROM afr.otel_traces",
     "SELECT Model FROM afr.model_prices",
     "SELECT name FROM system.databases",
     "SELECT name, engine FROM system.tables WHERE database = 'afr'",
@@ -150,6 +175,8 @@ def test_it_reads_its_own_rows_whole(tenancy: Tenancy) -> None:
     assert projects.text == "shop\n"
     runs = tenancy.post("SELECT run_id, status FROM afr.run_summary")
     assert runs.text == f"{tenancy.our_trace}\terror\n"
+    logs = tenancy.post("SELECT TraceId, Body FROM afr.logs")
+    assert logs.text == f"{tenancy.our_trace}\tlog of ours\n"
 
 
 # Reads that would go below the filters, or around them: refused, with a reason.
