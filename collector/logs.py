@@ -14,6 +14,7 @@ a log body is found by exactly what finds it in a span.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,8 +230,6 @@ def process_logs_request(
 ) -> ProcessedLogs:
     """Decode, redact and truncate (the span processors named in ``LOG_PROCESSORS``),
     encode. Raises InvalidRequest on an undecodable body."""
-    import time
-
     clock = time.perf_counter_ns
     began = clock()
     request = decode_logs_json(raw) if as_json else decode_logs_protobuf(raw)
