@@ -151,25 +151,6 @@ class _Refused(Exception):
     """Bad input: the message says what, and no replay was made (exit status 2)."""
 
 
-def _secret(args: argparse.Namespace) -> str:
-    """The hook's secret as ``afr replay`` finds it: the worker's settings, then the file a
-    local ``afr up`` wrote."""
-    from afr.local import WEBHOOK_SECRET_FILE
-    from collector.settings import CollectorSettings
-    from replay_worker.settings import WorkerSettings
-
-    configured = WorkerSettings().webhook_secret
-    secret = configured.get_secret_value() if configured is not None else ""
-    if secret:
-        return secret
-    path = (args.data_dir or CollectorSettings().data_dir) / WEBHOOK_SECRET_FILE
-    if not path.exists():
-        raise _Refused(
-            f"no AFR_WORKER_WEBHOOK_SECRET (nor in AFR_WORKER_SECRETS_DIR) and no {path}"
-        )
-    return path.read_text().strip()
-
-
 def _fixture(args: argparse.Namespace) -> Fixture:
     from afr.runs.cli import resolve_key
     from afr.runs.client import API_URL_ENV, DEFAULT_API_URL, RunsApiError, RunsClient
@@ -392,7 +373,7 @@ def _report_text(report: dict[str, Any], result: Bisection) -> str:
 
 
 def _bisect(args: argparse.Namespace) -> int:
-    from afr.commands.replay import fork_overrides
+    from afr.commands.replay import fork_overrides, hook_secret
     from replay_worker.replay.bisect import bisect_failure
 
     try:
@@ -405,7 +386,7 @@ def _bisect(args: argparse.Namespace) -> int:
         for item in args.stub:
             if "=" not in item or not item.partition("=")[0]:
                 raise _Refused(f"--stub takes TOOL=OUTPUT, not {item!r}")
-        secret = _secret(args)
+        secret = hook_secret(args.data_dir)
         fixture = _fixture(args)
         steps, limit = _steps(fixture, overrides)
     except (ValueError, _Refused) as exc:

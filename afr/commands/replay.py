@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from afr.commands.common import add_data_dir_flag
 
-__all__ = ["add_replay_parser", "fork_overrides"]
+__all__ = ["add_replay_parser", "fork_overrides", "hook_secret"]
 
 # flag -> (override kind, the target's key, the value's key); every one is TARGET=VALUE.
 _TARGETED: dict[str, tuple[str, str, str]] = {
@@ -128,26 +129,34 @@ def fork_overrides(args: argparse.Namespace) -> list[dict[str, Any]]:
     return overrides
 
 
-def _replay(args: argparse.Namespace) -> int:
+def hook_secret(data_dir: Path | None) -> str:
+    """The replay hook's secret as the worker reads it: the environment, then
+    AFR_WORKER_SECRETS_DIR; then the file a local ``afr up`` wrote under ``data_dir``.
+    ValueError says what is missing (never the secret)."""
     from afr.local import WEBHOOK_SECRET_FILE
     from collector.settings import CollectorSettings
     from replay_worker.settings import WorkerSettings
-    from replay_worker.trigger import request_replay, wait_for_job
 
-    # As the worker reads it: the environment, then AFR_WORKER_SECRETS_DIR; then the file a
-    # local `afr up` wrote.
     configured = WorkerSettings().webhook_secret
     secret = configured.get_secret_value() if configured is not None else ""
-    if not secret:
-        path = (args.data_dir or CollectorSettings().data_dir) / WEBHOOK_SECRET_FILE
-        if not path.exists():
-            print(
-                f"afr replay: no AFR_WORKER_WEBHOOK_SECRET (nor in AFR_WORKER_SECRETS_DIR)"
-                f" and no {path}",
-                file=sys.stderr,
-            )
-            return 2
-        secret = path.read_text().strip()
+    if secret:
+        return secret
+    path = (data_dir or CollectorSettings().data_dir) / WEBHOOK_SECRET_FILE
+    if not path.exists():
+        raise ValueError(
+            f"no AFR_WORKER_WEBHOOK_SECRET (nor in AFR_WORKER_SECRETS_DIR) and no {path}"
+        )
+    return path.read_text().strip()
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from replay_worker.trigger import request_replay, wait_for_job
+
+    try:
+        secret = hook_secret(args.data_dir)
+    except ValueError as exc:
+        print(f"afr replay: {exc}", file=sys.stderr)
+        return 2
     if (args.run_id is None) == (args.signature is None):
         print("afr replay: give one of a run id and --signature", file=sys.stderr)
         return 2
