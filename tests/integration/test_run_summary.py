@@ -355,10 +355,10 @@ def test_runs_stored_before_the_summary_existed_are_backfilled(seeded: ClickHous
         kind = "VIEW" if name in ("runs_mv", "run_summary") else "TABLE"
         store.command(f"DROP {kind} {{db}}.{name}")
     # And every later migration of the summary (4: its failure signatures, 5: its cache and
-    # reasoning tokens) with it.
-    store.command("DELETE FROM {db}.schema_migrations WHERE Version IN (2, 4, 5)")
+    # reasoning tokens, 7: its conversation) with it.
+    store.command("DELETE FROM {db}.schema_migrations WHERE Version IN (2, 4, 5, 7)")
     store.command("OPTIMIZE TABLE {db}.schema_migrations FINAL")
-    assert store.migrate() == [2, 4, 5]
+    assert store.migrate() == [2, 4, 5, 7]
     reader = RunReader(store, query_timeout_s=10, max_spans=100, prices=BOOK)
     listed, _ = reader.list_runs("alpha", RunFilter(since_ns=0, until_ns=2**62))
     assert [r["run_id"] for r in listed] == [run[0].trace_id]
