@@ -75,8 +75,36 @@ def _post(stack: Stack, path: str, body: dict[str, Any]) -> None:
     assert "partialSuccess" not in answer.json(), answer.text
 
 
+def _export_logs_grpc(stack: Stack, body: dict[str, Any]) -> None:
+    """The log records as OTLP/protobuf over gRPC ``LogsService/Export``."""
+    import grpc
+    from google.protobuf import json_format
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+        ExportLogsServiceRequest,
+        ExportLogsServiceResponse,
+    )
+
+    from collector.decode import hex_ids_to_base64
+
+    document = copy.deepcopy(body)
+    hex_ids_to_base64(document)
+    request = json_format.ParseDict(document, ExportLogsServiceRequest())
+    endpoint = stack.running.grpc_endpoint.removeprefix("http://")
+    with grpc.insecure_channel(endpoint) as channel:
+        export = channel.unary_unary("/opentelemetry.proto.collector.logs.v1.LogsService/Export")
+        raw = export(
+            request.SerializeToString(),
+            metadata=(("authorization", f"Bearer {stack.running.key}"),),
+            timeout=30,
+        )
+    answer = ExportLogsServiceResponse()
+    answer.ParseFromString(raw)
+    assert not answer.HasField("partial_success")
+
+
+@pytest.mark.parametrize("transport", ["http_json", "grpc"])
 def test_a_run_whose_content_came_only_from_log_records_replays_to_failure_fixed(
-    stack: Stack,
+    stack: Stack, transport: str
 ) -> None:
     from replay_worker.replay.fixture import build_fixture
 
@@ -94,7 +122,10 @@ def test_a_run_whose_content_came_only_from_log_records_replays_to_failure_fixed
     assert all(not s["input"] for s in bare["spans"] if s["span_type"] == "llm")
     assert bare["logs"] == []
 
-    _post(stack, "/v1/logs", logs)
+    if transport == "grpc":
+        _export_logs_grpc(stack, logs)
+    else:
+        _post(stack, "/v1/logs", logs)
     stack.running.collector.flush()
     run = stack.running.run(trace_id)
     assert len(run["logs"]) == 3 and {e["event_name"] for e in run["logs"]} == {_DETAILS}
