@@ -280,8 +280,10 @@ def make_requests(
 
 
 async def _send(
-    requests: list[bytes], port: int, key: str, interval_s: float | None
+    requests: list[bytes], port: int, key: str, interval_s: float | None, method: str = EXPORT
 ) -> tuple[float, list[float]]:
+    """``requests`` over ``STREAMS`` gRPC channels (``method``: the OTLP export called), paced
+    at ``interval_s`` per request when given: (elapsed s, each export's latency)."""
     latencies: list[float] = []
     queue: asyncio.Queue[bytes] = asyncio.Queue()
     for raw in requests:
@@ -294,7 +296,7 @@ async def _send(
     started = time.perf_counter()
 
     async def stream(channel: grpc.aio.Channel, offset: float) -> None:
-        call = channel.unary_unary(EXPORT)
+        call = channel.unary_unary(method)
         next_at = started + offset
         while not queue.empty():
             raw = queue.get_nowait()

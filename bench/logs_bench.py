@@ -16,7 +16,6 @@ import statistics
 import time
 from typing import Any
 
-import grpc
 import httpx
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -24,9 +23,9 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 
 from bench.collector_bench import (
     REALISTIC_SECRET_EVERY_BYTES,
-    STREAMS,
     TRACES_PER_REQUEST,
     _collector,
+    _send,
     make_requests,
 )
 
@@ -73,29 +72,6 @@ def to_log_requests(span_requests: list[bytes]) -> list[bytes]:
     return out
 
 
-async def _send(requests: list[bytes], method: str, port: int, key: str) -> float:
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
-    for raw in requests:
-        queue.put_nowait(raw)
-    metadata = (("authorization", f"Bearer {key}"),)
-    options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
-    channels = [
-        grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=options) for _ in range(STREAMS)
-    ]
-    started = time.perf_counter()
-
-    async def stream(channel: grpc.aio.Channel) -> None:
-        call = channel.unary_unary(method)
-        while not queue.empty():
-            await call(queue.get_nowait(), metadata=metadata, timeout=60)
-
-    await asyncio.gather(*(stream(channel) for channel in channels))
-    elapsed = time.perf_counter() - started
-    for channel in channels:
-        await channel.close()
-    return elapsed
-
-
 def _inserted(http_port: int) -> int:
     health = httpx.get(f"http://127.0.0.1:{http_port}/healthz", timeout=10).json()
     return int(health["inserted_rows"])
@@ -107,8 +83,8 @@ def run(requests_per_round: int = 40) -> dict[str, Any]:
     logs_rates: list[float] = []
     with _collector({}) as (_, key, grpc_port, http_port):
         warm = make_requests(2, seed=99)
-        asyncio.run(_send(warm, TRACES, grpc_port, key))
-        asyncio.run(_send(to_log_requests(warm), LOGS, grpc_port, key))
+        asyncio.run(_send(warm, grpc_port, key, None, TRACES))
+        asyncio.run(_send(to_log_requests(warm), grpc_port, key, None, LOGS))
         sent = 4 * per_request
         for round_ in range(ROUNDS):
             spans = make_requests(
@@ -124,8 +100,8 @@ def run(requests_per_round: int = 40) -> dict[str, Any]:
                 )
             )
             total = requests_per_round * per_request
-            spans_rates.append(total / asyncio.run(_send(spans, TRACES, grpc_port, key)))
-            logs_rates.append(total / asyncio.run(_send(logs, LOGS, grpc_port, key)))
+            spans_rates.append(total / asyncio.run(_send(spans, grpc_port, key, None, TRACES))[0])
+            logs_rates.append(total / asyncio.run(_send(logs, grpc_port, key, None, LOGS))[0])
             sent += 2 * total
         started = time.perf_counter()
         while _inserted(http_port) < sent and time.perf_counter() - started < 300:

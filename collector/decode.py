@@ -26,12 +26,14 @@ from collector.model import SpanRecord
 __all__ = [
     "MAX_TIME_NS",
     "MIN_TIME_NS",
+    "PARSE_ERRORS",
     "DecodeResult",
     "attributes_of",
     "decode_json",
     "decode_protobuf",
     "hex_ids_to_base64",
     "load_json_document",
+    "protobuf_json_document",
     "to_records",
     "value_to_str",
 ]
@@ -97,23 +99,34 @@ def load_json_document(raw: bytes) -> dict[str, Any]:
     return document
 
 
-def decode_json(raw: bytes) -> ExportTraceServiceRequest:
+PARSE_ERRORS: tuple[type[Exception], ...] = (
+    json_format.ParseError,
+    binascii.Error,
+    ValueError,
+    TypeError,
+    RecursionError,
+    SystemError,  # protobuf's JSON parser on a lone surrogate in a key
+)
+"""What protobuf's JSON parser raises on an OTLP/JSON document of the wrong form."""
+
+
+def protobuf_json_document(raw: bytes) -> dict[str, Any]:
+    """An OTLP/JSON body as protobuf's JSON parser takes it (its hex ids as base64); every
+    fault an InvalidRequest (traces and logs alike)."""
     document = load_json_document(raw)
     try:
         _hex_ids_to_base64(document)
     except RecursionError:
         raise InvalidRequest("body is not OTLP/JSON: nested too deeply") from None
+    return document
+
+
+def decode_json(raw: bytes) -> ExportTraceServiceRequest:
+    document = protobuf_json_document(raw)
     request = ExportTraceServiceRequest()
     try:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except (
-        json_format.ParseError,
-        binascii.Error,
-        ValueError,
-        TypeError,
-        RecursionError,
-        SystemError,  # protobuf's JSON parser on a lone surrogate in a key
-    ) as exc:
+    except PARSE_ERRORS as exc:
         # The parser quotes the offending value back: keep only the field path it names, and
         # say where (which span) by parsing the parts one by one.
         where = _locate(document)

@@ -25,9 +25,9 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from collector.decode import (
     MAX_TIME_NS,
     MIN_TIME_NS,
+    PARSE_ERRORS,
     attributes_of,
-    hex_ids_to_base64,
-    load_json_document,
+    protobuf_json_document,
     value_to_str,
 )
 from collector.errors import InvalidRequest
@@ -78,21 +78,11 @@ def decode_logs_protobuf(raw: bytes) -> ExportLogsServiceRequest:
 
 
 def decode_logs_json(raw: bytes) -> ExportLogsServiceRequest:
-    document = load_json_document(raw)
-    try:
-        hex_ids_to_base64(document)
-    except RecursionError:
-        raise InvalidRequest("body is not OTLP/JSON: nested too deeply") from None
+    document = protobuf_json_document(raw)
     request = ExportLogsServiceRequest()
     try:
         json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except (
-        json_format.ParseError,
-        ValueError,
-        TypeError,
-        RecursionError,
-        SystemError,
-    ):
+    except PARSE_ERRORS:
         # The parser quotes the offending value back: never pass its message on.
         raise InvalidRequest(
             "body is not an OTLP/JSON ExportLogsServiceRequest: a field has a value of the "
