@@ -23,6 +23,7 @@ from replay_worker.app import WorkerThread
 from replay_worker.hooks.signature import generate_secret
 from replay_worker.settings import WorkerSettings
 from replay_worker.trigger import signed_headers
+from tests.e2e.workers import scripted_worker_settings
 from tests.fakes import free_port
 from tests.integration.conftest import Running, start_collector
 from tests.waiting import wait_until
@@ -60,19 +61,8 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 
 
 def worker_settings(stack: Stack, model_url: str, **overrides: Any) -> WorkerSettings:
-    values: dict[str, Any] = dict(
-        port=0,
-        collector_url=stack.running.http_url,
-        collector_otlp_endpoint=stack.running.grpc_endpoint,
-        collector_key=stack.running.key,
-        webhook_secret=stack.secret,
-        model_base_url=model_url,
-        model_api_key="scripted",
-        model_api="responses",
-        data_dir=stack.running.settings.data_dir / "worker",
-    )
-    values.update(overrides)
-    return WorkerSettings(**values)
+    overrides.setdefault("data_dir", stack.running.settings.data_dir / "worker")
+    return scripted_worker_settings(stack.running, stack.secret, model_url, **overrides)
 
 
 def post_hook(

@@ -35,10 +35,10 @@ import pytest
 from afr.scripted_model import ScriptedModelServer, ScriptedTurn
 from replay_worker.app import WorkerThread
 from replay_worker.hooks.signature import generate_secret
-from replay_worker.settings import WorkerSettings
 from testbed.bisect_desk import Scenario, capture, flaky, scenario
 from tests.booking_agent import ModelApi
 from tests.e2e.test_replay_matrix import Captures
+from tests.e2e.workers import scripted_worker_settings
 from tests.integration.conftest import Running, start_collector
 
 pytestmark = pytest.mark.slow
@@ -56,16 +56,12 @@ class Stack:
     def worker(self, api: ModelApi, day_budget_usd: float = 10.0) -> WorkerThread:
         key = (api, day_budget_usd)
         if key not in self.workers:
-            settings = WorkerSettings(
-                port=0,
-                collector_url=self.running.http_url,
-                collector_otlp_endpoint=self.running.grpc_endpoint,
-                collector_key=self.running.key,
-                webhook_secret=self.secret,
-                model_base_url=self.model.base_url,
-                model_api_key="scripted",
+            settings = scripted_worker_settings(
+                self.running,
+                self.secret,
+                self.model.base_url,
+                self.root / f"worker-{api}-{day_budget_usd}",
                 model_api=api,
-                data_dir=self.root / f"worker-{api}-{day_budget_usd}",
                 sweep_enabled=False,
                 run_wait_s=0.5,
                 day_budget_usd=day_budget_usd,

@@ -49,7 +49,6 @@ from replay_worker.hooks.models import Fork
 from replay_worker.hooks.signature import generate_secret
 from replay_worker.replay.engine import run_fork
 from replay_worker.replay.fixture import build_fixture
-from replay_worker.settings import WorkerSettings
 from replay_worker.trigger import signed_headers
 from tests.booking_agent import (
     BOOKING_INPUT,
@@ -67,6 +66,7 @@ from tests.booking_agent import (
     stub_outputs,
 )
 from tests.e2e.test_replay_matrix import Captures
+from tests.e2e.workers import scripted_worker_settings
 from tests.integration.conftest import Running, start_collector
 from tests.waiting import wait_until
 
@@ -100,16 +100,12 @@ class Stack:
     def worker(self, api: ModelApi) -> WorkerThread:
         """One worker per model API, started when first needed."""
         if api not in self.workers:
-            settings = WorkerSettings(
-                port=0,
-                collector_url=self.running.http_url,
-                collector_otlp_endpoint=self.running.grpc_endpoint,
-                collector_key=self.running.key,
-                webhook_secret=self.secret,
-                model_base_url=self.model.base_url,
-                model_api_key="scripted",
+            settings = scripted_worker_settings(
+                self.running,
+                self.secret,
+                self.model.base_url,
+                self.root / f"worker-{api}",
                 model_api=api,
-                data_dir=self.root / f"worker-{api}",
                 evals_dir=self.root / "evals",
                 sweep_enabled=False,
                 run_wait_s=0.5,  # every run is stored before it is forked; an unknown one: 404
