@@ -329,6 +329,14 @@ def _pem_after(prefix: str) -> Generator:
     return generate
 
 
+def gen_cli_credentials(rng: random.Random) -> Secret:
+    """``-u user:password`` (curl's flag), as the whole value too: the rule's start of text
+    (``^``) holds for the value alone, not where it sits among a span's other texts."""
+    user, password = _word(rng), _rand(rng, _ALNUM, 18)
+    flag = rng.choice(["-u ", "--user ", "--user="])
+    return _with_parts(f"{flag}{user}:{password}", password, f"{user}:{password}")
+
+
 def gen_pem_env_dump(rng: random.Random) -> Secret:
     block, lines = _pem_block(rng)
     password = _rand(rng, _ALNUM, 20)
@@ -517,6 +525,7 @@ CORE_KINDS: dict[str, Kind] = {
         Kind("pem_spaced_assign", _pem_after("PRIVATE_KEY = ")),
         Kind("pem_yaml", _pem_after("private_key: ")),
         Kind("pem_env_dump", gen_pem_env_dump),
+        Kind("cli_credentials", gen_cli_credentials),
         Kind("jwt", gen_jwt),
         Kind("openai_key", gen_openai_key),
         Kind("anthropic_key", gen_anthropic_key),

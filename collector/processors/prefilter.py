@@ -27,7 +27,8 @@ import contextlib
 import functools
 import re
 import threading
-from collections.abc import Sequence
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import re2
@@ -46,6 +47,8 @@ _NAMED_GROUP = re.compile(r"\(\?P<[A-Za-z0-9_]+>")
 
 
 _UTF8 = (hyperscan.HS_FLAG_UTF8 | hyperscan.HS_FLAG_SINGLEMATCH) if hyperscan is not None else 0
+# Every match reported, not only each pattern's first (``segments``).
+_EVERY = hyperscan.HS_FLAG_UTF8 if hyperscan is not None else 0
 
 
 class _First:
@@ -61,6 +64,22 @@ class _First:
         return True
 
 
+class _Ends:
+    """A match callback that collects (end, pattern) of every match, and stops the scan
+    past ``limit`` of them."""
+
+    __slots__ = ("ends", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.ends: list[tuple[int, int]] = []
+        self.limit = limit
+
+    def __call__(self, pattern: int, start: int, end: int, flags: int, context: Any) -> bool:
+        ends = self.ends
+        ends.append((end, pattern))
+        return len(ends) > self.limit
+
+
 class Prefilter:
     """``patterns`` (RE2 syntax, over UTF-8 bytes) compiled into Hyperscan databases; a
     pattern's id is its index. Patterns in ``select_only`` count for ``first_end`` but are
@@ -72,29 +91,44 @@ class Prefilter:
         *,
         side: Sequence[int] = (),
         select_only: Sequence[int] = (),
+        loose: Mapping[int, str] | None = None,
     ) -> None:
         if hyperscan is None:
             raise RuntimeError("the hyperscan package is not installed")
         self._patterns = tuple(patterns)
         self.side = _side_of(self._patterns, tuple(sorted(set(side))))
         self._select_only = frozenset(select_only)
-        side_pattern = "|".join(f"(?:{patterns[i]})" for i in self.side)
+        side_pattern = "|".join(f"(?:{unanchored(patterns[i])})" for i in self.side)
         options = re2.Options()
         options.max_mem = 64 << 20
         self._side = re2.compile(side_pattern.encode(), options) if self.side else None
         self._side_reported = tuple(i for i in self.side if i not in self._select_only)
+        # Side patterns with a superset Hyperscan scans cheaply take it in ``segments``; the
+        # rest are searched by RE2 there.
+        self._loose = tuple(sorted((i, p) for i, p in (loose or {}).items() if i in self.side))
+        rest = [i for i in self.side if i not in dict(self._loose)]
+        rest_pattern = "|".join(f"(?:{unanchored(patterns[i])})" for i in rest)
+        self._side_rest = re2.compile(rest_pattern.encode(), options) if rest else None
         self._local = threading.local()
         for reported_only in (True, False):  # built now, not on the first request
             for ascii_only in (True, False):
                 _compiled(self._patterns, self.side, self._skip(reported_only), ascii_only)
+        for ascii_only in (True, False):
+            _every_match(self._patterns, self.side, self._loose, ascii_only)
 
     def _skip(self, reported_only: bool) -> frozenset[int]:
         return self._select_only if reported_only else frozenset()
 
-    def _database(self, reported_only: bool, ascii_only: bool) -> tuple[Any, Any]:
+    def _database(
+        self, reported_only: bool, ascii_only: bool, every: bool = False
+    ) -> tuple[Any, Any]:
         """(database, this thread's scratch space for it); ASCII text is scanned by a
-        database compiled for bytes, which is faster and the same on ASCII."""
-        database = _compiled(self._patterns, self.side, self._skip(reported_only), ascii_only)
+        database compiled for bytes, which is faster and the same on ASCII. ``every``: the
+        database of ``segments``."""
+        if every:
+            database = _every_match(self._patterns, self.side, self._loose, ascii_only)
+        else:
+            database = _compiled(self._patterns, self.side, self._skip(reported_only), ascii_only)
         if database is None:
             return None, None
         scratches = getattr(self._local, "scratches", None)
@@ -127,6 +161,50 @@ class Prefilter:
             found.update(self._side_reported)
         return found
 
+    def segments(
+        self, data: bytes, starts: Sequence[int], limit: int
+    ) -> dict[int, set[int]] | None:
+        """Which patterns match in each segment of ``data``, in one scan: segment ``i``
+        begins at ``starts[i]`` (ascending, from 0), a match belongs to the segment of its
+        last byte, and only segments something matches in are keys. For every segment the
+        set holds each pattern that matches in the segment taken alone, or in any text of it
+        (a JSON string): a superset, the ``select_only`` patterns too (Hyperscan runs every
+        pattern without its anchors, ``_expression``), and the ``loose`` form of a side
+        pattern that has one. None when more than ``limit`` matches were found (text
+        dense with matches: ``first_end`` is cheaper there) or the patterns did not compile
+        that way."""
+        database, scratch = self._database(False, data.isascii(), every=True)
+        by_segment: dict[int, set[int]] = {}
+        if database is None and len(self.side) - len(self._loose) < len(self._patterns):
+            return None
+        if database is not None:
+            ends = _Ends(limit)
+            try:
+                database.scan(data, match_event_handler=ends, scratch=scratch)
+            except hyperscan.ScanTerminated:
+                return None
+            side = frozenset(self.side)
+            for end, pattern in ends.ends:
+                index = bisect_right(starts, end - 1) - 1
+                found = by_segment.get(index)
+                if found is None:
+                    found = by_segment[index] = set()
+                if pattern in side:  # a loose side pattern: all of them are candidates
+                    found.update(side)
+                else:
+                    found.add(pattern)
+        if self._side_rest is not None:
+            # One search per segment it matches in, resuming at the next segment (from the
+            # separator before it, which a match may use as its left context).
+            position = 0
+            while (match := self._side_rest.search(data, position)) is not None:
+                index = bisect_right(starts, match.end() - 1) - 1
+                by_segment.setdefault(index, set()).update(self.side)
+                if index + 1 >= len(starts):
+                    break
+                position = max(starts[index + 1] - 1, 0)
+        return by_segment
+
     def first_end(self, data: bytes, start: int = 0) -> int:
         """Where the first match in ``data[start:]`` ends (an offset into ``data``); -1 when
         nothing matches there."""
@@ -139,14 +217,47 @@ class Prefilter:
             if first.end >= 0:
                 best = start + first.end
         if self._side is not None:
-            match = self._side.search(data, start)
+            # Bounded by the first end found: a side match ending later changes nothing.
+            match = (
+                self._side.search(data, start) if best < 0 else self._side.search(data, start, best)
+            )
             if match is not None and (best < 0 or match.end() < best):
                 best = match.end()
         return best
 
 
 def _expression(pattern: str) -> bytes:
-    return _NAMED_GROUP.sub("(?:", pattern).encode()
+    """``pattern`` as Hyperscan takes it: without names, nor anchors (a superset, which a
+    value or a JSON string cut out of a span's text still matches where it sits)."""
+    return _NAMED_GROUP.sub("(?:", unanchored(pattern)).encode()
+
+
+def unanchored(pattern: str) -> str:
+    """``pattern`` with its anchors (``^``, ``$``, ``\\A``, ``\\z`` outside a character
+    class) made empty: it matches wherever ``pattern`` does, and where text was cut out of a
+    longer one (``^`` after a quote, ``$`` before one) too."""
+    out: list[str] = []
+    index, size = 0, len(pattern)
+    while index < size:
+        char = pattern[index]
+        if char == "\\":
+            pair = pattern[index : index + 2]
+            out.append("(?:)" if pair in ("\\A", "\\z") else pair)
+            index += 2
+        elif char == "[":
+            end = index + 1
+            if pattern[end : end + 1] == "^":
+                end += 1
+            if pattern[end : end + 1] == "]":  # a literal ] first in a class
+                end += 1
+            while end < size and pattern[end] != "]":
+                end += 2 if pattern[end] == "\\" else 1
+            out.append(pattern[index : end + 1])
+            index = end + 1
+        else:
+            out.append("(?:)" if char in "^$" else char)
+            index += 1
+    return "".join(out)
 
 
 @functools.lru_cache(maxsize=16)
@@ -163,7 +274,10 @@ def _side_of(patterns: tuple[str, ...], side: tuple[int, ...]) -> tuple[int, ...
 
 @functools.lru_cache(maxsize=32)
 def _compiled(
-    patterns: tuple[str, ...], side: tuple[int, ...], skip: frozenset[int], ascii_only: bool
+    patterns: tuple[str, ...],
+    side: tuple[int, ...],
+    skip: frozenset[int],
+    ascii_only: bool,
 ) -> Any:
     """The database of every pattern but ``side`` and ``skip``. Cached: one takes ~0.3-0.6 s
     to build, and every redactor of a process over the same rules shares it (scans are
@@ -173,6 +287,21 @@ def _compiled(
     if database is None and ascii_only:  # a pattern only UTF-8 mode takes (\x{2028})
         database = _database(chosen, _UTF8)
     return database
+
+
+@functools.lru_cache(maxsize=16)
+def _every_match(
+    patterns: tuple[str, ...],
+    side: tuple[int, ...],
+    loose: tuple[tuple[int, str], ...],
+    ascii_only: bool,
+) -> Any:
+    """The database of ``segments``: every pattern but ``side``, and the ``loose`` forms of
+    side patterns, reporting every match (not each pattern's first)."""
+    chosen = {i: _expression(p) for i, p in enumerate(patterns) if i not in side}
+    chosen.update((i, _expression(p)) for i, p in loose)
+    database = _database(chosen, 0 if ascii_only else _EVERY)
+    return database if database is not None or not ascii_only else _database(chosen, _EVERY)
 
 
 def _database(expressions: dict[int, bytes], flags: int) -> Any:

@@ -77,8 +77,13 @@ _PSEUDONYM_CACHE = 16_384
 # A JSON string inside a JSON string: an escaped backslash before a quote or a backslash.
 _NESTED_JSON_STRING = r'\\\\[\\\\"]'
 _MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
-_EXPLORE = 128  # one span in this many measures the engine not chosen
-_MEASURE = 8  # one span in this many is timed (each exploring one too)
+_MEASURE = 8  # one span in this many is timed on the engine in use
+_BURST = 24  # consecutive spans the other engine gets when it is measured
+_BURST_WARM = 8  # the first of them are not timed: it is cache-cold then
+_FIRST_PERIOD = 1024  # spans between two measures of the other engine, doubled while it
+_MAX_PERIOD = 16_384  # loses (to this), reset when it wins
+# More matches than one per this many bytes: the segments are found one search at a time.
+_MAX_MATCH_DENSITY = 16
 _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
 # Our own output: never scanned again (a replay sends stored, pseudonymized text back in).
 _PSEUDONYM = r"<[a-z0-9_]{1,64}:[0-9a-f]{12}>"
@@ -95,6 +100,7 @@ def _named(key: str) -> str:
 # A base64 run long enough to hold a credential (or any bytes value the decoder kept as
 # "base64:…"); tried last, so a detector matching at the same place (an Azure key) wins.
 _BASE64_BLOB = r"base64:[A-Za-z0-9+/]{4,}={0,2}|(?:\b|[+/])[A-Za-z0-9+/]{31,}={0,2}"
+_BASE64_BLOB_LOOSE = r"base64:[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{31}"  # a superset of it
 _MAX_BLOB_CHARS = 256 * 1024
 _MAX_DECODE_DEPTH = 2  # base64 in base64, percent-encoding in base64: and no further
 # Rules that find a secret by what surrounds it (a key name, a header, a URL or a provider's
@@ -187,7 +193,9 @@ class Redactor:
         self._extra_keys = tuple(config.extra_key_names)
         key_words = "|".join((*_KEY_HINT_WORDS, *(re2.escape(k) for k in self._extra_keys)))
         # The scan pattern adds more groups to the detectors (the providers loosened): they
-        # only select segments for a closer look; replacements use the exact matchers.
+        # only select segments for a closer look; replacements use the exact matchers. It
+        # runs without anchors: a value is scanned inside the span's joined text, where "^"
+        # and "$" of a rule (a PEM cut short, "-u user:pass") do not hold for it.
         # A JSON key that may hold a secret whatever its value looks like.
         json_key = rf'(?P<json_sensitive_key>"[^"\x00]*(?i:{key_words})[^"\x00]*"\s*:)'
         # An escaped character, which could hide a value from the raw scan: such JSON is
@@ -202,15 +210,17 @@ class Redactor:
         # Percent-encoded text, decoded before it is scanned.
         percent = r"(?P<percent_encoded>%[0-9A-Fa-f]{2})"
         self._scan = re2.compile(
-            "|".join(
-                (
-                    self._base.text.pattern,
-                    hint,
-                    json_key,
-                    json_escape,
-                    json_pair,
-                    percent,
-                    _NESTED_JSON_STRING,
+            prefilter.unanchored(
+                "|".join(
+                    (
+                        self._base.text.pattern,
+                        hint,
+                        json_key,
+                        json_escape,
+                        json_pair,
+                        percent,
+                        _NESTED_JSON_STRING,
+                    )
                 )
             ),
             options,
@@ -230,19 +240,22 @@ class Redactor:
             matched = len(patterns)  # what ids() reports; the rest only select segments
             patterns += [json_key, json_escape, json_pair, percent, _NESTED_JSON_STRING]
             self._prefilter = prefilter.Prefilter(
-                patterns, side=[len(detectors) + 1], select_only=range(matched, len(patterns))
+                patterns,
+                side=[len(detectors) + 1],
+                select_only=range(matched, len(patterns)),
+                # Which segments hold one, in the one scan of a span: 31 letters in a row
+                # (no word boundary before them: that made the scan 3x slower).
+                loose={len(detectors) + 1: _BASE64_BLOB_LOOSE},
             )
         self._subsets: dict[frozenset[int], _Matcher] = {}
         self._scan_bytes = re2.compile(self._scan.pattern.encode(), options)
-        # Recent cost per byte of selecting segments: RE2, Hyperscan.
-        self._recent = [[0.0] * 9, [0.0] * 9]
-        self._ns_per_byte = [0.0, 0.0]
-        self._spans_chosen = 0
-        self._current = 1  # the engine of the spans between two choices
+        self._chooser = _Chooser()
         self.forced_engine: int | None = None
         """Selection by RE2 (0) or Hyperscan (1) on every span, not the faster: for tests."""
         self._key_classes: dict[str, tuple[int, bool]] = {}
         self._decode_depth = 0  # how many encodings (percent, base64) the text is inside
+        # The patterns the span's scan found in the segment being processed (_scan_slots).
+        self._segment_ids: set[int] | None = None
         # A conversation repeats the same address or card in many messages: HMAC each once.
         self._pseudonyms: dict[tuple[str, str], str] = {}
         self.stats = RedactorStats()
@@ -403,51 +416,68 @@ class Redactor:
         if len(view) < _MIN_SCAN_CHARS:
             return
         try:
-            touched = self._touched(view, texts)
+            touched, found = self._touched(view, texts)
         except UnicodeEncodeError:
             # A lone surrogate (the decoders never hand one over): RE2 takes UTF-8 only, so
             # each text is looked at on its own, as bytes (or fails closed).
             for slot in slots:
                 self._process(slot, fired)
             return
-        for index in touched:
-            self._process(slots[index], fired)
+        if found is None:
+            for index in touched:
+                self._process(slots[index], fired)
+            return
+        try:
+            for index in touched:
+                # The detectors found in the segment stand for every text matched exactly
+                # as it is in it: the segment itself, and when it is JSON without an escape
+                # (a backslash: the decoded strings would differ), its strings and keys.
+                self._segment_ids = None if "\\" in texts[index] else found[index]
+                self._process(slots[index], fired)
+        finally:
+            self._segment_ids = None
 
-    def _touched(self, view: str, texts: list[str]) -> list[int]:
-        """The segments (indexes into ``texts``, NUL-joined as ``view``) a scan pattern hits:
-        one search per such segment, resuming at the next one (text dense with secrets
-        would otherwise pay for every hit twice). Raises UnicodeEncodeError on a lone
-        surrogate.
+    def _touched(self, view: str, texts: list[str]) -> tuple[list[int], dict[int, set[int]] | None]:
+        """The segments (indexes into ``texts``, NUL-joined as ``view``) a scan pattern hits,
+        and when Hyperscan found them, the patterns that match in each (one scan of all);
+        otherwise one search per such segment, resuming at the next one (text dense with
+        secrets would otherwise pay for every hit twice). Raises UnicodeEncodeError on a
+        lone surrogate.
 
         Two engines give the same answer: RE2's one alternation (fast on text like what it
         has seen, slow on new tokens, which grow its DFA) and the Hyperscan prefilter (the
-        same speed on any text). Each span goes to the one measured faster per byte lately;
-        every ``_EXPLORE``-th span to the other, so the measure follows the traffic."""
+        same speed on any text). Each span goes to the one measured faster per byte lately
+        (``_Chooser``), so the choice follows the traffic."""
         finder = self._prefilter
-        engine = timed = 0
+        engine, timed = 0, False
         if finder is not None:
-            # The choice is made again on every _MEASURE-th span, which is timed (and every
-            # _EXPLORE-th of those goes to the other engine): this runs for every span.
-            self._spans_chosen = chosen = self._spans_chosen + 1
+            engine, timed = self._chooser.next()
             forced = self.forced_engine
             if forced is not None:
-                engine, timed = forced, int(chosen % _MEASURE == 0)
-            elif chosen % _MEASURE:
-                engine = self._current
-            else:
-                timed = 1
-                faster = self._current = 1 if self._ns_per_byte[1] <= self._ns_per_byte[0] else 0
-                engine = 1 - faster if chosen % _EXPLORE == 0 else faster
+                engine = forced
         began = time.perf_counter_ns() if timed else 0
         data = view.encode("utf-8")
+        by_chars = len(data) == len(view)  # ASCII: byte and character offsets agree
+        # Offsets in what was searched: characters, or UTF-8 bytes.
+        starts: list[int] = []
         if engine and finder is not None and finder.covers(data):
-            end = finder.first_end(data)
+            offset = 0
+            for text in texts:
+                starts.append(offset)
+                offset += (len(text) if by_chars else len(text.encode("utf-8"))) + 1
+            # One scan says which segments hold a match and which patterns match in each.
+            found = finder.segments(data, starts, len(data) // _MAX_MATCH_DENSITY + 16)
+            if found is not None:
+                if timed:
+                    self._chooser.record(1, (time.perf_counter_ns() - began) / (len(view) + 64))
+                return sorted(found), found
+            end = finder.first_end(data)  # dense with matches: one search per segment
         else:
             engine = 0
             hit = self._scan_bytes.search(data)
             end = -1 if hit is None else hit.end()
         if end < 0 and not timed:
-            return []  # the common case: nothing to look at
+            return [], None  # the common case: nothing to look at
         first_end: Callable[[int], int]
         if engine:
             assert finder is not None
@@ -459,11 +489,8 @@ class Redactor:
                 hit = search(data, start)
                 return -1 if hit is None else int(hit.end())
 
-        by_chars = len(data) == len(view)  # ASCII: byte and character offsets agree
         touched: list[int] = []
-        if end >= 0:
-            # Offsets in what was searched: characters, or UTF-8 bytes.
-            starts: list[int] = []
+        if end >= 0 and not starts:
             offset = 0
             for text in texts:
                 starts.append(offset)
@@ -477,14 +504,8 @@ class Redactor:
             # From the separator before it, which a match may use as its left context.
             end = first_end(starts[index + 1] - 1)
         if timed:
-            # The median of each engine's last costs: a pause (a collection, a preemption)
-            # in one span does not turn the choice for hundreds.
-            recent = self._recent[engine]
-            recent[self._spans_chosen // _MEASURE % len(recent)] = (
-                time.perf_counter_ns() - began
-            ) / (len(view) + 64)
-            self._ns_per_byte[engine] = sorted(recent)[len(recent) // 2]
-        return touched
+            self._chooser.record(engine, (time.perf_counter_ns() - began) / (len(view) + 64))
+        return touched, None
 
     def _may_hold(self, view: str) -> bool:
         """Whether any scan pattern matches ``view``."""
@@ -501,14 +522,20 @@ class Redactor:
         ``data`` (without it, none of them can match)."""
         return self._full if self._provider_hint.search(data) else self._base
 
-    def _matcher_for(self, data: bytes) -> _Matcher | None:
+    def _matcher_for(self, data: bytes, in_segment: bool = False) -> _Matcher | None:
         """The exact matcher for ``data`` (UTF-8): only the detectors the prefilter finds in
         it (None: none can match), or without a prefilter all of them (the providers only
-        when their loosened form is there)."""
+        when their loosened form is there). ``in_segment``: ``data`` is text of the segment
+        being processed as it is there (not decoded), whose scan already found its
+        detectors (``_segment_ids``)."""
         finder = self._prefilter
         if finder is None or not finder.covers(data):
             return self._every_detector(data)
-        found = finder.ids(data)
+        hinted = self._segment_ids
+        if in_segment and hinted is not None and self._decode_depth == 0:
+            found = hinted
+        else:
+            found = finder.ids(data)
         # Ids 0 (pseudonyms) to len(detectors) + 1 (base64 runs); the scan's own above.
         chosen = frozenset(i for i in found if i <= len(self._detectors) + 1)
         if not chosen:
@@ -606,8 +633,12 @@ class Redactor:
         if isinstance(node, float) and node.is_integer() and abs(node) >= 1e12:
             node = int(node)  # a card number sent as 4111111111111111.0
         if isinstance(node, int) and not isinstance(node, bool) and node >= 10**12:
-            as_text = str(node)
-            redacted = self._redact_text(as_text, path, fired)
+            as_text = str(node)  # not as the document has it (4.1e15): no segment's text
+            hinted, self._segment_ids = self._segment_ids, None
+            try:
+                redacted = self._redact_text(as_text, path, fired)
+            finally:
+                self._segment_ids = hinted
             return node if redacted == as_text else redacted
         return node
 
@@ -657,7 +688,7 @@ class Redactor:
             matcher: _Matcher | None = self._every_detector(view)
         else:
             view = _escape_view_bytes(data)
-            matcher = self._matcher_for(view)
+            matcher = self._matcher_for(view, in_segment=True)
         if matcher is None:
             return text
         pieces: list[bytes] = []
@@ -796,6 +827,57 @@ class Redactor:
         fired.append(escape_surrogates(entry))
         self.stats.redactions += 1
         self.stats.by_rule[rule] = self.stats.by_rule.get(rule, 0) + 1
+
+
+class _Chooser:
+    """Which engine selects a span's segments (RE2 0, Hyperscan 1): the one measured cheaper
+    per byte. The engine in use is timed on every ``_MEASURE``-th span (the median of its
+    last 9, so a pause in one span does not turn the choice). Every so often the other one
+    gets ``_BURST`` consecutive spans, timed after the first ``_BURST_WARM`` (run once among
+    the other engine's spans it runs cache-cold: RE2's DFA measured 15 ns/byte on secret-free
+    text that way, 2.5 in a run), and takes over when the median of those is lower. The
+    period doubles while it loses, so a clearly slower engine costs about 1% more."""
+
+    def __init__(self) -> None:
+        self.current = 1
+        self.ns_per_byte = [0.0, 0.0]
+        """The latest measure of each engine: RE2, Hyperscan."""
+        self._recent = [float("inf")] * 9
+        self._spans = 0
+        self._period = _FIRST_PERIOD
+        self._explore_at = len(self._recent) * _MEASURE + 1  # once the one in use is measured
+        self._burst: list[float] = []
+
+    def next(self) -> tuple[int, bool]:
+        """(engine, whether to time it) for the next span."""
+        self._spans = spans = self._spans + 1
+        phase = spans - self._explore_at
+        if 0 <= phase < _BURST:
+            return 1 - self.current, phase >= _BURST_WARM
+        if phase == _BURST:
+            self._explored()
+        return self.current, spans % _MEASURE == 0
+
+    def record(self, engine: int, ns_per_byte: float) -> None:
+        if engine != self.current:
+            self._burst.append(ns_per_byte)
+            return
+        recent = self._recent
+        recent[self._spans // _MEASURE % len(recent)] = ns_per_byte
+        self.ns_per_byte[engine] = sorted(recent)[len(recent) // 2]
+
+    def _explored(self) -> None:
+        burst, self._burst = self._burst, []
+        if burst:
+            other = 1 - self.current
+            cost = self.ns_per_byte[other] = sorted(burst)[len(burst) // 2]
+            if cost < self.ns_per_byte[self.current]:
+                self.current = other
+                self._recent = [cost] * len(self._recent)
+                self._period = _FIRST_PERIOD
+            else:
+                self._period = min(self._period * 2, _MAX_PERIOD)
+        self._explore_at = self._spans + self._period
 
 
 @dataclass(frozen=True)

@@ -279,10 +279,11 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?P<url_credentials__value>(?:[^\s/:@\"'\\<\x00][^\s/:\"'\\\x00]*)?:[^\s/@\"'\\<\x00][^\s/@\"'\\\x00]*)@",
     ),
     # curl -u user:password, --user=user:password: the pair, as in a URL (the user may be an
-    # e-mail address, which a narrower match would hide from the e-mail rule).
+    # e-mail address, which a narrower match would hide from the e-mail rule); the flag
+    # starts a value or follows anything but a word (a blank, a quote, CURL_ARGS=-u x:y).
     Detector(
         "cli_credentials",
-        r"(?:^|\s)(?:-u|--user)[= ]+['\"]?(?P<cli_credentials__value>[^\s:'\"<\x00][^\s:'\"\x00]*:[^\s'\"<\x00][^\s'\"\x00]{2,})",
+        r"(?:^|[^A-Za-z0-9_-])(?:-u|--user)[= ]+['\"]?(?P<cli_credentials__value>[^\s:'\"<\x00][^\s:'\"\x00]*:[^\s'\"<\x00][^\s'\"\x00]{2,})",
     ),
     # "password: x", "DB_PASSWORD=x", "'api_key': 'x'", '"secret":"x"', "pwd=x&" in text,
     # logs, env dumps, reprs, query strings, YAML or broken JSON; the whole value is replaced:

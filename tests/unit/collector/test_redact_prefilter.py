@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import json
 import random
 import threading
@@ -25,7 +26,14 @@ from bench.collector_bench import make_requests
 from collector.decode import decode_protobuf, to_records
 from collector.model import SpanRecord
 from collector.processors import prefilter
-from collector.processors.redact import BUILTIN_DETECTORS, Redactor
+from collector.processors.redact import (
+    _BURST,
+    _BURST_WARM,
+    _FIRST_PERIOD,
+    BUILTIN_DETECTORS,
+    Redactor,
+    _Chooser,
+)
 from tests.records import span_record
 from tests.secret_corpus import look_alikes
 from tests.unit.collector.test_redact_matrix import KEY, KINDS, PLACEMENTS, planted
@@ -108,6 +116,11 @@ EDGES = [
     "a\x00b password=x",
     "",
     "short",
+    # Rules anchored at the start or end of a text ("-u user:pass", a key block cut short).
+    "-u admin:Zq8wLr2kPm5xTn7v",
+    "-----BEGIN RSA PRIVATE KEY-----MIIEowIBAAKCAQEAx" + "Ab3dE" * 12,
+    # Dense with matches: the span's segments are found one search at a time instead.
+    " ".join(f"u{i}@x{i}.io" for i in range(300)),
 ]
 
 
@@ -228,3 +241,94 @@ def test_ascii_and_utf8_text_get_the_same_answer(text: str) -> None:
         data = text.encode()
         assert finder.ids(data) >= {i for i, p in enumerate(compiled) if p.search(data)}
         assert 0 in finder.ids(data)
+
+
+# --- one scan per span: which patterns match in each segment ---------------------------
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        (r"^a|b$", "(?:)a|b(?:)"),
+        (r"\Aa\z", "(?:)a(?:)"),
+        # In a class, an escape or after a backslash, ^ and $ are characters.
+        (r"[^a$]\$\^[]^]", r"[^a$]\$\^[]^]"),
+        (r"(?:^|\x00|[^A-Z\]^-])x", r"(?:(?:)|\x00|[^A-Z\]^-])x"),
+    ],
+)
+def test_anchors_become_empty_and_nothing_else_changes(pattern: str, expected: str) -> None:
+    assert prefilter.unanchored(pattern) == expected
+
+
+def _joined(texts: list[str]) -> tuple[bytes, list[int]]:
+    starts, offset = [], 0
+    for text in texts:
+        starts.append(offset)
+        offset += len(text.encode()) + 1
+    return "\x00".join(texts).encode(), starts
+
+
+def test_each_segment_is_named_with_every_detector_that_matches_it_alone() -> None:
+    """The span's one scan stands in for scanning each text alone, as a value and inside a
+    JSON string: every detector RE2 finds in a text is named for its segment (anchored
+    rules too, whose ^ and $ do not hold where the text sits)."""
+    rng = random.Random(5)
+    patterns = [d.pattern for d in BUILTIN_DETECTORS]
+    finder = prefilter.Prefilter(patterns)
+    compiled = [re2.compile(p.encode()) for p in patterns]
+    samples = [s for kind in KINDS.values() for s in _variants(rng, kind.generate(rng).text)]
+    samples += [t for group in look_alikes(rng).values() for t in group]
+    checked = 0
+    for sample in samples:
+        texts = ["invoke_agent Triage", sample, json.dumps({"content": sample}), "done"]
+        data, starts = _joined(texts)
+        if not finder.covers(data):
+            continue
+        found = finder.segments(data, starts, limit=10**6)
+        assert found is not None
+        for index, pattern in enumerate(compiled):
+            if pattern.search(sample.encode()) is not None:
+                checked += 1
+                assert index in found.get(1, set()), (BUILTIN_DETECTORS[index].name, sample)
+                assert index in found.get(2, set()), (BUILTIN_DETECTORS[index].name, sample)
+        assert 3 not in found and 0 not in found  # clean segments are not named
+    assert checked > len(KINDS)
+
+
+def test_segments_give_up_past_the_limit_and_loose_side_patterns_stand_for_all() -> None:
+    finder = prefilter.Prefilter([r"ab", r"x\Cy", r"q{3,}z"], side=[2], loose={2: "qqq"})
+    assert finder.side == (1, 2)
+    data, starts = _joined(["ab ab", "nothing", "qqqqz", "x-y"])
+    # "qqq" (the loose form) names every side pattern; x\Cy is searched by RE2 beside it.
+    assert finder.segments(data, starts, limit=100) == {0: {0}, 2: {1, 2}, 3: {1, 2}}
+    assert finder.segments(data, starts, limit=1) is None  # text dense with matches
+
+
+def test_the_engine_in_use_changes_when_the_other_measures_cheaper_after_a_warm_up() -> None:
+    chooser = _Chooser()
+    timings: list[tuple[int, bool]] = []
+
+    def run(spans: int, cost: dict[int, float]) -> list[int]:
+        used = []
+        for _ in range(spans):
+            engine, timed = chooser.next()
+            used.append(engine)
+            timings.append((engine, timed))
+            if timed:
+                chooser.record(engine, cost[engine])
+        return used
+
+    # Hyperscan first; RE2 gets a burst once Hyperscan is measured, timed after its warm-up
+    # (cache-cold at first), and keeps the spans after it when cheaper.
+    used = run(200, {1: 5.0, 0: 2.0})
+    assert used[:72] == [1] * 72 and set(used[72:]) == {0}
+    burst = timings[72 : 72 + _BURST]
+    assert burst == [(0, False)] * _BURST_WARM + [(0, True)] * (_BURST - _BURST_WARM)
+    assert chooser.current == 0 and chooser.ns_per_byte == [2.0, 5.0]
+    # RE2 turns slow (fresh tokens): Hyperscan, measured in its own burst, takes over.
+    run(2 * _FIRST_PERIOD, {1: 5.0, 0: 40.0})
+    assert chooser.current == 1
+    # The losing engine is measured ever less often: its bursts come ever further apart.
+    used = run(16 * _FIRST_PERIOD, {1: 5.0, 0: 40.0})
+    bursts = [i for i in range(1, len(used)) if used[i] == 0 and used[i - 1] == 1]
+    gaps = [b - a for a, b in itertools.pairwise(bursts)]
+    assert len(gaps) >= 2 and all(b > 1.9 * a for a, b in itertools.pairwise(gaps))
+    assert used.count(0) / len(used) < 0.02
