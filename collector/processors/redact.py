@@ -74,6 +74,8 @@ _KEY_HINT_WORDS = (
 )  # fmt: skip
 _SEPARATOR = "\x00"
 _PSEUDONYM_CACHE = 16_384
+_CLEAN_CACHE = 16_384
+_CLEAN_MAX_CHARS = 256
 # A JSON string inside a JSON string: an escaped backslash before a quote or a backslash.
 _NESTED_JSON_STRING = r'\\\\[\\\\"]'
 _MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
@@ -254,6 +256,7 @@ class Redactor:
         """Selection by RE2 (0) or Hyperscan (1) on every span, not the faster: for tests."""
         self._key_classes: dict[str, tuple[int, bool]] = {}
         self._decode_depth = 0  # how many encodings (percent, base64) the text is inside
+        self._clean: set[str] = set()  # short JSON strings and keys that hold nothing
         # The patterns the span's scan found in the segment being processed (_scan_slots).
         self._segment_ids: set[int] | None = None
         # A conversation repeats the same address or card in many messages: HMAC each once.
@@ -594,10 +597,10 @@ class Redactor:
         if depth > self.config.max_depth:
             raise _Unprocessable("nested too deeply")
         if isinstance(node, str):
-            if len(node) < _MIN_SCAN_CHARS:
+            if len(node) < _MIN_SCAN_CHARS or node in self._clean:
                 return node
             # JSON inside JSON (a tool call's arguments inside a message) is walked too.
-            return self._redact_value(node, path, fired, depth + 1)
+            return self._remember_clean(node, self._redact_value(node, path, fired, depth + 1))
         if isinstance(node, dict):
             pair_name = node.get("name", node.get("key"))
             if (
@@ -610,8 +613,8 @@ class Redactor:
             out: dict[str, Any] = {}
             for key, value in node.items():
                 stored = (
-                    self._redact_text(key, path + ".<key>", fired)
-                    if len(key) >= _MIN_SCAN_CHARS
+                    self._remember_clean(key, self._redact_text(key, path + ".<key>", fired))
+                    if len(key) >= _MIN_SCAN_CHARS and key not in self._clean
                     else key
                 )
                 child = f"{path}.{stored}"
@@ -641,6 +644,23 @@ class Redactor:
                 self._segment_ids = hinted
             return node if redacted == as_text else redacted
         return node
+
+    def _remember_clean(self, text: str, redacted: str) -> str:
+        """``redacted`` (what became of ``text``, a JSON document's string or key); a short
+        text that came out as it went in is remembered, and not scanned again: the verdict
+        depends on the text alone, and keys, roles and names recur in every message. Not
+        inside an encoding (percent, base64), where the decoders stop at a depth, nor JSON
+        (nested too deeply at one depth and not at another)."""
+        if (
+            redacted is text
+            and len(text) <= _CLEAN_MAX_CHARS
+            and self._decode_depth == 0
+            and text.lstrip()[:1] not in ("{", "[")
+        ):
+            if len(self._clean) >= _CLEAN_CACHE:
+                self._clean.clear()
+            self._clean.add(text)
+        return redacted
 
     def _replace_json(self, value: Any, where: str, fired: list[str]) -> str:
         if isinstance(value, str) and re2.fullmatch(_PSEUDONYM, value):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import string
@@ -547,3 +548,19 @@ def test_an_authorization_header_loses_its_credential_whatever_the_scheme(
     redactor([record])
     assert credential[:12] not in record.span_attributes["curl"]
     assert f"Authorization: {scheme} <secret:" in record.span_attributes["curl"]
+
+
+def test_a_text_left_alone_inside_layers_of_encoding_is_still_scanned_in_plain_view() -> None:
+    """Short JSON strings that hold nothing are remembered and not scanned again; one left
+    alone because the decoders stop (percent-encoding inside base64 inside base64) must not
+    be remembered as clean, or the same text in plain JSON would be stored as it came."""
+    redactor = Redactor(KEY)
+    inner = json.dumps({"q": "mail to user%40example.com"})
+    deep = base64.b64encode(base64.b64encode(inner.encode())).decode()
+    for _ in range(2):  # and the verdict is the same the second time
+        layered, plain = span_record(), span_record()
+        layered.span_attributes["blob"] = json.dumps({"data": deep})
+        plain.span_attributes["doc"] = inner
+        redactor([layered, plain])
+        assert plain.redactions == ["attr.doc$.q:email"]
+        assert "user%40example.com" not in plain.span_attributes["doc"]
