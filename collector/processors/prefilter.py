@@ -66,15 +66,24 @@ class _First:
 
 class _Ends:
     """A match callback that collects (end, pattern) of every match, and stops the scan
-    past ``limit`` of them."""
+    past ``limit`` of them. A match ending one byte after the same pattern's last, in the
+    same segment (``data``'s byte before it is no separator), adds nothing: a long run (a
+    base64 image) is one match, not one per byte."""
 
-    __slots__ = ("ends", "limit")
+    __slots__ = ("data", "ends", "last", "limit")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, data: bytes, limit: int) -> None:
+        self.data = data
         self.ends: list[tuple[int, int]] = []
+        self.last: dict[int, int] = {}
         self.limit = limit
 
     def __call__(self, pattern: int, start: int, end: int, flags: int, context: Any) -> bool:
+        last = self.last
+        if last.get(pattern) == end - 1 and self.data[end - 2]:
+            last[pattern] = end
+            return False
+        last[pattern] = end
         ends = self.ends
         ends.append((end, pattern))
         return len(ends) > self.limit
@@ -165,7 +174,8 @@ class Prefilter:
         self, data: bytes, starts: Sequence[int], limit: int
     ) -> dict[int, set[int]] | None:
         """Which patterns match in each segment of ``data``, in one scan: segment ``i``
-        begins at ``starts[i]`` (ascending, from 0), a match belongs to the segment of its
+        begins at ``starts[i]`` (ascending, from 0; a NUL byte before each), a match belongs
+        to the segment of its
         last byte, and only segments something matches in are keys. For every segment the
         set holds each pattern that matches in the segment taken alone, or in any text of it
         (a JSON string): a superset, the ``select_only`` patterns too (Hyperscan runs every
@@ -178,7 +188,7 @@ class Prefilter:
         if database is None and len(self.side) - len(self._loose) < len(self._patterns):
             return None
         if database is not None:
-            ends = _Ends(limit)
+            ends = _Ends(data, limit)
             try:
                 database.scan(data, match_event_handler=ends, scratch=scratch)
             except hyperscan.ScanTerminated:

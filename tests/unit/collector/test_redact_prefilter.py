@@ -11,6 +11,7 @@ and safe to share between threads.
 
 from __future__ import annotations
 
+import base64
 import copy
 import dataclasses
 import itertools
@@ -121,6 +122,10 @@ EDGES = [
     "-----BEGIN RSA PRIVATE KEY-----MIIEowIBAAKCAQEAx" + "Ab3dE" * 12,
     # Dense with matches: the span's segments are found one search at a time instead.
     " ".join(f"u{i}@x{i}.io" for i in range(300)),
+    # A long base64 run (an image) holding a key, and one holding nothing.
+    "base64:"
+    + base64.b64encode(b"\x89PNG" + bytes(range(256)) * 40 + b" sk-" + b"k" * 48).decode(),
+    "data " + base64.b64encode(bytes(range(256)) * 60).decode(),
 ]
 
 
@@ -300,6 +305,9 @@ def test_segments_give_up_past_the_limit_and_loose_side_patterns_stand_for_all()
     # "qqq" (the loose form) names every side pattern; x\Cy is searched by RE2 beside it.
     assert finder.segments(data, starts, limit=100) == {0: {0}, 2: {1, 2}, 3: {1, 2}}
     assert finder.segments(data, starts, limit=1) is None  # text dense with matches
+    # A long run is one match, not one per byte; "qqq" in two segments is two.
+    data, starts = _joined(["q" * 10_000, "qqq", "ab"])
+    assert finder.segments(data, starts, limit=3) == {0: {1, 2}, 1: {1, 2}, 2: {0}}
 
 
 def test_the_engine_in_use_changes_when_the_other_measures_cheaper_after_a_warm_up() -> None:
