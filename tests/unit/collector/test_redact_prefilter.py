@@ -119,7 +119,7 @@ EDGES = [
     "short",
     # Rules anchored at the start or end of a text ("-u user:pass", a key block cut short).
     "-u admin:Zq8wLr2kPm5xTn7v",
-    "-----BEGIN RSA PRIVATE KEY-----MIIEowIBAAKCAQEAx" + "Ab3dE" * 12,
+    "-" * 5 + "BEGIN RSA " + "PRIVATE KEY" + "-" * 5 + "MIIEowIBAAKCAQEAx" + "Ab3dE" * 12,
     # Dense with matches: the span's segments are found one search at a time instead.
     " ".join(f"u{i}@x{i}.io" for i in range(300)),
     # A long base64 run (an image) holding a key, and one holding nothing.
