@@ -82,8 +82,9 @@ _MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
 _MEASURE = 8  # one span in this many is timed on the engine in use
 _BURST = 24  # consecutive spans the other engine gets when it is measured
 _BURST_WARM = 8  # the first of them are not timed: it is cache-cold then
-_FIRST_PERIOD = 1024  # spans between two measures of the other engine, doubled while it
-_MAX_PERIOD = 16_384  # loses (to this), reset when it wins
+_FIRST_PERIOD = 512  # spans between two measures of the other engine, doubled while it
+_MAX_PERIOD = 16_384  # loses by more than _CLEAR_LOSS (to this), reset when it wins
+_CLEAR_LOSS = 1.5
 # More matches than one per this many bytes: the segments are found one search at a time.
 _MAX_MATCH_DENSITY = 16
 _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
@@ -856,7 +857,8 @@ class _Chooser:
     gets ``_BURST`` consecutive spans, timed after the first ``_BURST_WARM`` (run once among
     the other engine's spans it runs cache-cold: RE2's DFA measured 15 ns/byte on secret-free
     text that way, 2.5 in a run), and takes over when the median of those is lower. The
-    period doubles while it loses, so a clearly slower engine costs about 1% more."""
+    period doubles while it loses clearly, so a much slower engine costs about 1% more, and
+    stays while it loses narrowly (RE2 warms up over its first bursts)."""
 
     def __init__(self) -> None:
         self.current = 1
@@ -891,11 +893,12 @@ class _Chooser:
         if burst:
             other = 1 - self.current
             cost = self.ns_per_byte[other] = sorted(burst)[len(burst) // 2]
-            if cost < self.ns_per_byte[self.current]:
+            in_use = self.ns_per_byte[self.current]
+            if cost < in_use:
                 self.current = other
                 self._recent = [cost] * len(self._recent)
                 self._period = _FIRST_PERIOD
-            else:
+            elif cost > _CLEAR_LOSS * in_use:  # a close loss (RE2 still warming) is retried
                 self._period = min(self._period * 2, _MAX_PERIOD)
         self._explore_at = self._spans + self._period
 

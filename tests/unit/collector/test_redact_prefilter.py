@@ -340,3 +340,18 @@ def test_the_engine_in_use_changes_when_the_other_measures_cheaper_after_a_warm_
     gaps = [b - a for a, b in itertools.pairwise(bursts)]
     assert len(gaps) >= 2 and all(b > 1.9 * a for a, b in itertools.pairwise(gaps))
     assert used.count(0) / len(used) < 0.02
+
+
+def test_an_engine_losing_narrowly_is_measured_again_as_soon() -> None:
+    """RE2 warms up over its first bursts on secret-free text: a narrow loss does not push
+    its next measure further away, a clear one does."""
+    chooser = _Chooser()
+    used: list[int] = []
+    for _ in range(6 * _FIRST_PERIOD):
+        engine, timed = chooser.next()
+        used.append(engine)
+        if timed:
+            chooser.record(engine, 6.0 if engine == 0 else 5.0)
+    bursts = [i for i in range(1, len(used)) if used[i] == 0 and used[i - 1] == 1]
+    assert chooser.current == 1 and len(bursts) >= 5
+    assert {b - a for a, b in itertools.pairwise(bursts)} == {_FIRST_PERIOD + _BURST}
