@@ -495,8 +495,8 @@ def _collector(
     key = KeyStore(data_dir / "keys.sqlite").create("bench")
     grpc_port, http_port = _ports()
     env = {**os.environ, "AFR_DATA_DIR": str(data_dir), **env_extra}
-    if source is not None:
-        env["PYTHONPATH"] = str(source)
+    if source is not None:  # its own exporter too (the installed one is this checkout's)
+        env["PYTHONPATH"] = os.pathsep.join((str(source), str(source / "exporter" / "src")))
     command = [
         sys.executable, "-m", "afr.cli", "up", "--no-worker",
         "--grpc-port", str(grpc_port), "--http-port", str(http_port),

@@ -858,7 +858,9 @@ class _Chooser:
     the other engine's spans it runs cache-cold: RE2's DFA measured 15 ns/byte on secret-free
     text that way, 2.5 in a run), and takes over when the median of those is lower. The
     period doubles while it loses clearly, so a much slower engine costs about 1% more, and
-    stays while it loses narrowly (RE2 warms up over its first bursts)."""
+    stays while it loses narrowly (RE2 warms up over its first bursts). When the engine in
+    use turns clearly dearer than the other was last measured (the traffic changed), the
+    other is measured at once."""
 
     def __init__(self) -> None:
         self.current = 1
@@ -886,7 +888,11 @@ class _Chooser:
             return
         recent = self._recent
         recent[self._spans // _MEASURE % len(recent)] = ns_per_byte
-        self.ns_per_byte[engine] = sorted(recent)[len(recent) // 2]
+        cost = self.ns_per_byte[engine] = sorted(recent)[len(recent) // 2]
+        other = self.ns_per_byte[1 - engine]
+        if other and cost > _CLEAR_LOSS * other and self._explore_at > self._spans:
+            # The traffic changed (fresh tokens slow RE2 down): measure the other one now.
+            self._explore_at, self._period = self._spans + 1, _FIRST_PERIOD
 
     def _explored(self) -> None:
         burst, self._burst = self._burst, []

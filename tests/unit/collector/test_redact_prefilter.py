@@ -355,3 +355,24 @@ def test_an_engine_losing_narrowly_is_measured_again_as_soon() -> None:
     bursts = [i for i in range(1, len(used)) if used[i] == 0 and used[i - 1] == 1]
     assert chooser.current == 1 and len(bursts) >= 5
     assert {b - a for a, b in itertools.pairwise(bursts)} == {_FIRST_PERIOD + _BURST}
+
+
+def test_when_the_traffic_changes_the_other_engine_is_measured_at_once() -> None:
+    """RE2 won on secret-free text long enough for Hyperscan's measures to be far apart;
+    fresh secrets arrive and RE2 turns 20x dearer: Hyperscan takes over within a few
+    hundred spans, not at its next scheduled burst."""
+    chooser = _Chooser()
+
+    def run(spans: int, cost: dict[int, float]) -> list[int]:
+        used = []
+        for _ in range(spans):
+            engine, timed = chooser.next()
+            used.append(engine)
+            if timed:
+                chooser.record(engine, cost[engine])
+        return used
+
+    run(40 * _FIRST_PERIOD, {0: 2.5, 1: 5.0})
+    assert chooser.current == 0
+    used = run(400, {0: 50.0, 1: 6.0})
+    assert chooser.current == 1 and used[-100:] == [1] * 100
