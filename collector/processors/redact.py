@@ -33,6 +33,7 @@ import hmac
 import json
 import logging
 import re
+import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable
@@ -253,6 +254,9 @@ class Redactor:
         self._subsets: dict[frozenset[int], _Matcher] = {}
         self._scan_bytes = re2.compile(self._scan.pattern.encode(), options)
         self._chooser = _Chooser()
+        # One span at a time: what is being processed (the segment's detectors, the decode
+        # depth) lives on the instance, and inline ingest runs large requests on threads.
+        self._lock = threading.RLock()
         self.forced_engine: int | None = None
         """Selection by RE2 (0) or Hyperscan (1) on every span, not the faster: for tests."""
         self._key_classes: dict[str, tuple[int, bool]] = {}
@@ -267,9 +271,10 @@ class Redactor:
 
     # --- the processor -------------------------------------------------------------------
     def __call__(self, records: list[SpanRecord]) -> list[SpanRecord]:
-        self._resource_cache.clear()
-        for record in records:
-            self.redact_span(record)
+        with self._lock:
+            self._resource_cache.clear()
+            for record in records:
+                self._redact_span(record)
         return records
 
     def pseudonym(self, rule: str, value: str) -> str:
@@ -292,6 +297,10 @@ class Redactor:
         return cached
 
     def redact_span(self, record: SpanRecord) -> None:
+        with self._lock:
+            self._redact_span(record)
+
+    def _redact_span(self, record: SpanRecord) -> None:
         self.stats.spans += 1
         fired: list[str] = []
         # Resource attributes are shared by every span of a ResourceSpans: scan them once.

@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 import json
 import random
+import sys
 import threading
 from typing import Any
 
@@ -376,3 +377,38 @@ def test_when_the_traffic_changes_the_other_engine_is_measured_at_once() -> None
     assert chooser.current == 0
     used = run(400, {0: 50.0, 1: 6.0})
     assert chooser.current == 1 and used[-100:] == [1] * 100
+
+
+def test_threads_share_one_redactor() -> None:
+    """Inline ingest processes large requests on threads, with one redactor: what each
+    thread stores is what one redactor alone stores (the segment being processed, its
+    detectors and the decode depth are the redactor's state while it works)."""
+    requests = make_requests(4, seed=3, secret_every_bytes=2048)
+    batches = [to_records(decode_protobuf(raw), "p", 1, None).records for raw in requests]
+    expected = copy.deepcopy(batches)
+    alone = Redactor(KEY)
+    for batch in expected:
+        alone(batch)
+    shared = Redactor(KEY)
+    errors: list[BaseException] = []
+
+    def redact(batch: list[SpanRecord]) -> None:
+        try:
+            for start in range(0, len(batch), 16):  # many calls, interleaved
+                shared(batch[start : start + 16])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=redact, args=(batch,)) for batch in batches]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    got = [[dataclasses.asdict(r) for r in batch] for batch in batches]
+    assert got == [[dataclasses.asdict(r) for r in batch] for batch in expected]
