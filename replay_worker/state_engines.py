@@ -497,6 +497,9 @@ class PostgresEngine:
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     if not self._lost(exc):
                         raise
+                    # Never used again, even when psycopg did not mark it broken (a command
+                    # left in progress by a failed rollback): its state is unknown.
+                    self._drop_connection()
                     if committing or reconnected:
                         # Lost at COMMIT, its outcome unknown; or lost again right away.
                         raise self._unavailable(exc) from None
@@ -515,6 +518,7 @@ class PostgresEngine:
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     if not self._lost(exc):
                         raise
+                    self._drop_connection()  # as in _transact: never used again
                     if attempt == 2:
                         raise self._unavailable(exc) from None
             raise AssertionError("unreachable")

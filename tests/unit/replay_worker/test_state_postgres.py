@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from replay_worker.settings import WorkerSettings
 from replay_worker.state import Owner, StateStore, StateStoreUnavailable, open_state_store
+from replay_worker.state_engines import PostgresEngine
 from tests.postgres import PostgresServer
 
 T0 = 1_764_460_800.0
@@ -86,6 +87,27 @@ def test_a_connection_lost_while_idle_is_replaced_and_the_call_runs_once(
     claimed = store.claim(ME, T0, lease_s=30)  # a transaction
     assert claimed is not None and claimed.attempts == 1, "it ran once"
     assert store.claim(ME, T0, lease_s=30) is None
+
+
+def test_a_connection_left_busy_is_never_used_again(postgres_server: PostgresServer) -> None:
+    """A failed rollback can leave a command in progress on a connection psycopg does not
+    mark broken ("another command is already in progress" on every use after): the store
+    replaces it instead of failing each call on it (the heal after an outage flaked so)."""
+    store = StateStore(postgres_server.create_database())
+    store.submit("msg_1", "job_1", "a" * 32, None, {}, T0)
+    engine = store.engine
+    assert isinstance(engine, PostgresEngine)
+    for call in ("read", "transaction"):
+        conn = engine._conn  # the store's one connection, left with a query unread
+        assert conn is not None
+        conn.pgconn.send_query(b"SELECT 1")
+        if call == "read":
+            job = store.get("job_1")
+            assert job is not None and job.state == "queued"
+        else:
+            claimed = store.claim(ME, T0, lease_s=30)
+            assert claimed is not None and claimed.attempts == 1
+        assert engine._conn is not conn
 
 
 def test_a_server_that_stays_away_fails_each_call_and_the_store_heals_after(
