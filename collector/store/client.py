@@ -18,6 +18,7 @@ from collector.log_model import LOG_COLUMN_NAMES, LOGS_PREFIX, is_log_payload
 from collector.model import COLUMN_NAMES, ROW_FORMAT
 from collector.store.cluster import (
     CLUSTER_SESSION_SETTINGS,
+    PART_FORMAT_SETTINGS,
     check_cluster_schema,
     durability_settings,
 )
@@ -137,11 +138,15 @@ class ClickHouseStore:
         A merge's part is fsynced too (``min_compressed_bytes_to_fsync_after_merge``): the
         embedded engine keeps no inactive parts (its ``old_parts_lifetime`` is 0, a server's
         480 s), so the parts a merge replaced are deleted at once and an unsynced merged part
-        would be the only copy of acknowledged spans until the page cache is written back."""
+        would be the only copy of acknowledged spans until the page cache is written back.
+
+        An insert's parts are compact (``PART_FORMAT_SETTINGS``, ADR 43): a wide part is
+        two files per column, each created and fsynced by the insert."""
         flag = int(self._fsync_parts)
         for table in (SPANS_TABLE, RUNS_TABLE, TRACE_ID_TS_TABLE, LOGS_TABLE):
             self._client.command(
-                f"ALTER TABLE {self.database}.{table} MODIFY SETTING {durability_settings(flag)}"
+                f"ALTER TABLE {self.database}.{table} MODIFY SETTING "
+                f"{durability_settings(flag)}, {PART_FORMAT_SETTINGS}"
             )
 
     def _apply_ttl(self) -> None:

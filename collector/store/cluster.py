@@ -38,6 +38,7 @@ __all__ = [
     "CLUSTER_SESSION_SETTINGS",
     "EVERYWHERE_TABLES",
     "LOCAL_SUFFIX",
+    "PART_FORMAT_SETTINGS",
     "SHARDED_TABLES",
     "SHARDING_KEY",
     "ClusterSchemaError",
@@ -104,6 +105,11 @@ def durability_settings(flag: int) -> str:
         f"min_compressed_bytes_to_fsync_after_merge = {flag}"
     )
 
+
+PART_FORMAT_SETTINGS = "min_bytes_for_wide_part = 268435456"
+"""An insert's part is compact (a handful of files) and only a merged part past 256 MiB is
+wide (two files per column and subcolumn: 227 for the spans table): ADR 43. Creating and
+fsyncing the wide part's files was most of an insert's cost."""
 
 _FSYNC = durability_settings(1)
 
@@ -259,7 +265,8 @@ def _table_forms(
     if name in SHARDED_TABLES:
         # The collector fsyncs parts on one node (AFR_STORE_FSYNC, true by default); on a
         # cluster the tables carry it (ADR 22 says how to turn it off).
-        rest += f", {_FSYNC}" if "\nSETTINGS " in rest else f"\nSETTINGS {_FSYNC}"
+        table_settings = f"{_FSYNC}, {PART_FORMAT_SETTINGS}"
+        rest += f", {table_settings}" if "\nSETTINGS " in rest else f"\nSETTINGS {table_settings}"
     local = _local(name)
     forms = [
         f"CREATE TABLE IF NOT EXISTS {{db}}.{local}{on}"

@@ -71,16 +71,26 @@ class BatchWriter:
                 batches = self._wal.take(self._max_rows, self._max_bytes)
                 if not batches:
                     return True
-                # Spans and log records go to their own tables: one insert each.
-                spans = [b for b in batches if not is_log_payload(b.payload)]
-                logs = [b for b in batches if is_log_payload(b.payload)]
-                ok = self._insert(spans) if spans else True
-                if logs and ok:
-                    ok = self._insert(logs)
-                elif logs:
-                    self._wal.give_back(logs)
-                if not ok:
+                if not self._insert_taken(batches):
                     return False
+
+    def insert_ready(self) -> bool:
+        """One capped insert of the oldest durable batches (none when the log is empty);
+        False when it failed and the batches went back."""
+        with self._insert_lock:
+            batches = self._wal.take(self._max_rows, self._max_bytes)
+            return self._insert_taken(batches) if batches else True
+
+    def _insert_taken(self, batches: list[Batch]) -> bool:
+        # Spans and log records go to their own tables: one insert each.
+        spans = [b for b in batches if not is_log_payload(b.payload)]
+        logs = [b for b in batches if is_log_payload(b.payload)]
+        ok = self._insert(spans) if spans else True
+        if logs and ok:
+            ok = self._insert(logs)
+        elif logs:
+            self._wal.give_back(logs)
+        return ok
 
     @property
     def alive(self) -> bool:
@@ -109,7 +119,11 @@ class BatchWriter:
             if self._stop.is_set():
                 return
             try:
-                ok = self.flush()
+                # One insert per wake-up, never a drain: under load, what arrived during the
+                # last insert waits for the interval (or for a full batch) instead of going
+                # in at once as a small insert. Small inserts made small parts: four times
+                # the parts, files and merges for the same rows (ADR 43).
+                ok = self.insert_ready()
             except Exception as exc:  # never die: a dead writer fills the log, then refuses all
                 ok = False
                 self.loop_errors += 1

@@ -122,17 +122,17 @@ def test_a_dead_log_thread_refuses_at_once_and_says_why(running: Running) -> Non
 
 def test_the_writer_loop_survives_an_unexpected_error(running: Running) -> None:
     writer = running.collector.writer
-    real_flush = writer.flush
+    real_insert = writer.insert_ready
     calls = {"n": 0}
 
-    def flaky_flush() -> bool:
+    def flaky_insert() -> bool:
         if threading.current_thread().name == "afr-writer":
             calls["n"] += 1
             if calls["n"] == 1:
                 raise KeyError("unexpected")
-        return real_flush()
+        return real_insert()
 
-    writer.flush = flaky_flush  # type: ignore[method-assign]
+    writer.insert_ready = flaky_insert  # type: ignore[method-assign]
     assert _send(running, "later", 1) == grpc.StatusCode.OK
     # The loop meets the error, backs off, and inserts on its own: nothing here flushes
     # (Running.run would flush from this thread and could store it before the loop ran).
