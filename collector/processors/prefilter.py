@@ -261,7 +261,11 @@ def unanchored(pattern: str) -> str:
             if pattern[end : end + 1] == "]":  # a literal ] first in a class
                 end += 1
             while end < size and pattern[end] != "]":
-                end += 2 if pattern[end] == "\\" else 1
+                close = pattern.find(":]", end + 2) if pattern.startswith("[:", end) else -1
+                if close != -1:  # a POSIX class, [:alpha:]: its ] does not end the class
+                    end = close + 2
+                else:
+                    end += 2 if pattern[end] == "\\" else 1
             out.append(pattern[index : end + 1])
             index = end + 1
         else:

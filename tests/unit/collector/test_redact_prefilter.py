@@ -36,8 +36,9 @@ from collector.processors.redact import (
     Redactor,
     _Chooser,
 )
+from collector.processors.rules import Detector, RedactionConfig
 from tests.records import span_record
-from tests.secret_corpus import look_alikes
+from tests.secret_corpus import Kind, Secret, look_alikes
 from tests.unit.collector.test_redact_matrix import KEY, KINDS, PLACEMENTS, planted
 
 pytestmark = pytest.mark.skipif(not prefilter.AVAILABLE, reason="hyperscan is not installed")
@@ -258,10 +259,53 @@ def test_ascii_and_utf8_text_get_the_same_answer(text: str) -> None:
         # In a class, an escape or after a backslash, ^ and $ are characters.
         (r"[^a$]\$\^[]^]", r"[^a$]\$\^[]^]"),
         (r"(?:^|\x00|[^A-Z\]^-])x", r"(?:(?:)|\x00|[^A-Z\]^-])x"),
+        # A POSIX class's ] does not end the class around it.
+        (r"[[:alpha:]^]x$", "[[:alpha:]^]x(?:)"),
+        (r"^[^[:space:]$]+$", "(?:)[^[:space:]$]+(?:)"),
+        (r"[[:digit:][:upper:]^$]|^", "[[:digit:][:upper:]^$]|(?:)"),
+        # A [ in a class that opens no POSIX class is a character.
+        (r"[[a^]$", "[[a^](?:)"),
     ],
 )
 def test_anchors_become_empty_and_nothing_else_changes(pattern: str, expected: str) -> None:
     assert prefilter.unanchored(pattern) == expected
+    re2.compile(expected)  # a detector the selection cannot compile stops the collector
+
+
+@pytest.mark.parametrize("text", ["tok$$^$", "tok12$^", "see tok9^9$ end"])
+def test_a_user_detector_with_a_posix_class_is_selected_where_it_matches(text: str) -> None:
+    """A class holding a POSIX class and ^ or $ (a user's detector): those are characters
+    there, and the selection must not lose them."""
+    pattern = r"tok[[:digit:]^$]{4}"
+    assert re2.search(pattern, text)
+    finder = prefilter.Prefilter([pattern, r"\bab"])
+    data, starts = _joined(["x", text, "y"])
+    assert 0 in finder.ids(data)
+    found = finder.segments(data, starts, limit=10**6)
+    assert found is not None and 0 in found.get(1, set())
+
+
+_POSIX_TOKEN = "tok9^9$"
+_POSIX_KIND = Kind("posix_user_detector", lambda _rng: Secret(_POSIX_TOKEN, (_POSIX_TOKEN,)))
+
+
+@pytest.mark.parametrize("placement", sorted(PLACEMENTS))
+@pytest.mark.parametrize("engine", ["hyperscan", "re2", "re2_only"])
+def test_a_user_detector_with_a_posix_class_redacts_in_every_placement(
+    placement: str, engine: str
+) -> None:
+    config = RedactionConfig(extra_detectors=(Detector("ticket", r"tok[[:digit:]^$]{4}"),))
+    redactor = Redactor(KEY, config, use_prefilter=engine != "re2_only")
+    if engine != "re2_only":
+        redactor.forced_engine = 1 if engine == "hyperscan" else 0
+    record = span_record()
+    PLACEMENTS[placement](record, _POSIX_KIND, Secret(_POSIX_TOKEN, (_POSIX_TOKEN,)))
+    planted = json.dumps(dataclasses.asdict(record), ensure_ascii=False)
+    redactor([record])
+    stored = json.dumps(dataclasses.asdict(record), ensure_ascii=False)
+    assert _POSIX_TOKEN not in stored and json.dumps(_POSIX_TOKEN)[1:-1] not in stored
+    assert stored != planted
+    assert any("ticket" in entry for entry in record.redactions), record.redactions
 
 
 def _joined(texts: list[str]) -> tuple[bytes, list[int]]:
