@@ -11,7 +11,9 @@ ratio to the OTLP request size (protobuf, uncompressed; gzip given beside it):
   ``OPTIMIZE TABLE ... FINAL`` once the merged-away parts are removed; active and
   merged-away parts (``system.parts``) per table, before and after the merges;
 - per column of the spans table and of the materialized views' tables (``system.columns``:
-  compressed and uncompressed bytes), the skipping indices, marks and primary index;
+  compressed and uncompressed bytes, measured on a copy in wide parts: the tables' own parts
+  are compact, ADR 43, and keep no per-column sizes), the skipping indices, marks and
+  primary index;
 - whether any body is stored twice (an ``Input``/``Output`` whose attribute is still in
   ``SpanAttributes``/``BodyAttributes``, or a body attribute equal to either);
 - the compression ratio of the same codecs on real prose (the corpus's 12-word vocabulary
@@ -53,7 +55,6 @@ INSERTS_DIR = "inserts"
 DATABASE = "afr"
 BODY_COLUMNS = ("SpanAttributes", "Input", "Output", "BodyAttributes")
 TABLES = ("otel_traces", "runs", "otel_traces_trace_id_ts")
-VIEW_TABLES = TABLES[1:]
 """Filled by the materialized views (the run summary, the trace time bounds)."""
 PROSE_LEVELS = (1, 3, 5, 6, 9)
 SCHEMA_VARIANT = "the schema's"
@@ -221,11 +222,12 @@ def stored_twice(store: Any) -> dict[str, Any]:
     return figures
 
 
-def view_table_columns(store: Any, database: str) -> list[dict[str, Any]]:
-    """Per-column sizes of the materialized views' tables, from a copy in wide parts: their
-    own parts are compact (a few MB), which keep no per-column sizes."""
+def wide_copy_columns(store: Any, database: str) -> list[dict[str, Any]]:
+    """Per-column sizes of every table, from a copy in wide parts: their own parts are
+    compact (ADR 43; only a merged part past 256 MiB is wide), which keep no per-column
+    sizes."""
     columns = []
-    for table in VIEW_TABLES:
+    for table in TABLES:
         copy = f"{table}_wide_copy"
         store.command(f"CREATE TABLE {{db}}.{copy} AS {{db}}.{table}")
         try:
@@ -372,7 +374,7 @@ def measure(data_dir: Path) -> dict[str, Any]:
     results["settle_s"] = _settle(store, DATABASE)
     results["merged"] = snapshot(store, DATABASE, chdb_dir)
     results["stored_twice"] = stored_twice(store)
-    results["view_table_columns"] = view_table_columns(store, DATABASE)
+    results["columns"] = wide_copy_columns(store, DATABASE)
     results["prose_ratios"] = prose_ratios(store, DATABASE)
     store.close()
 
@@ -499,16 +501,7 @@ def report(results: dict[str, Any]) -> None:
         f"skip indices {spans_part['skip_indices'] / spans:.2f} B/span"
     )
     print("  columns after merges (B/span compressed, uncompressed, ratio, share of the table):")
-    _columns_report(results, merged["columns"] + results["view_table_columns"], top=8)
-    unmerged, after = (
-        {c["column"]: c["compressed"] for c in shot["columns"] if c["table"] == "otel_traces"}
-        for shot in (results["inserted"], merged)
-    )
-    print(
-        f"    otel_traces before merges ({_part_count(results['inserted'], 'otel_traces')} parts): "
-        + ", ".join(f"{name} {unmerged.get(name, 0) / spans:.1f}" for name in BODY_COLUMNS)
-        + f"; all columns {sum(unmerged.values()) / spans:.1f} (after {sum(after.values()) / spans:.1f})"
-    )
+    _columns_report(results, results["columns"], top=8)
     print(
         "  skipping indices: "
         + ", ".join(
@@ -551,7 +544,7 @@ def report(results: dict[str, Any]) -> None:
         "  the same codecs on real prose (this repository's Markdown as 2 KB messages): "
         + ", ".join(f"{k} {v:.2f}x" for k, v in results["prose_ratios"].items())
     )
-    bodies = {c["column"]: c for c in merged["columns"] if c["table"] == "otel_traces"}
+    bodies = {c["column"]: c for c in results["columns"] if c["table"] == "otel_traces"}
     body_raw = sum(bodies[name]["uncompressed"] for name in BODY_COLUMNS if name in bodies)
     body_stored = sum(bodies[name]["compressed"] for name in BODY_COLUMNS if name in bodies)
     rest = results["merged"]["data_dir_bytes"] - body_stored
