@@ -172,6 +172,27 @@ def test_every_object_of_the_single_node_schema_has_its_cluster_form(engine: Eng
             pytest.fail(f"{name}: a {kind} has no cluster form")
 
 
+def test_the_sharded_tables_fsync_and_write_compact_parts_like_one_node(engine: Engine) -> None:
+    """The settings the collector applies on one node at every migrate (ADR 20, ADR 43) are
+    in the cluster's tables, which the collector never alters."""
+
+    def engine_full(database: str, name: str) -> str:
+        rows = engine.rows(
+            "SELECT engine_full FROM system.tables WHERE database = {d:String} "
+            "AND name = {t:String}",
+            d=database,
+            t=name,
+        )
+        assert rows, (database, name)
+        return str(rows[0][0])
+
+    for table in SHARDED_TABLES:
+        single, clustered = engine_full(SINGLE, table), engine_full(CLUSTERED, table + LOCAL_SUFFIX)
+        assert "min_bytes_for_wide_part = 268435456" in single, table
+        assert "min_bytes_for_wide_part = 268435456" in clustered, table
+        assert "fsync_after_insert = 1" in clustered, table
+
+
 def test_every_cluster_statement_parses(engine: Engine) -> None:
     statements = cluster_statements(CLUSTER, "afr", shards=2, ttl_days=30)
     statements += single_node_statements("afr", ttl_days=30)
