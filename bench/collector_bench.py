@@ -17,7 +17,8 @@ secret-free one, and the realistic one (a fresh e-mail, phone number, key or IP 
 
 then the secret-free corpus at half the saturation rate (p50/p99 export latency), redaction
 off, a stability run on the realistic corpus (``AFR_BENCH_STABILITY_S``, default 300 s, in
-30 s windows; 0 skips it), and redaction MB/s in process.
+30 s windows, each with the collector's and the workers' CPU per span, which tell a store
+slowing down from a machine slowing down; 0 skips it), and redaction MB/s in process.
 """
 
 from __future__ import annotations
@@ -468,20 +469,34 @@ def run_sink(requests: list[bytes], mode: str) -> float:
     return len(requests) * TRACES_PER_REQUEST * 9 / elapsed
 
 
-def run_stability(seconds: float, window_s: float = 30.0) -> list[float]:
-    """Acknowledged spans/s of each window of a long run on the realistic corpus (a pool of
-    distinct requests sent over and over; fresh content until the pool wraps)."""
+def run_stability(seconds: float, window_s: float = 30.0) -> list[dict[str, float]]:
+    """Each window of a long run on the realistic corpus (a pool of distinct requests sent
+    over and over; fresh content until the pool wraps): acknowledged spans/s, and the CPU µs
+    per span of the collector process (receivers, log, inserts, ClickHouse's merges) and of
+    the ingest workers (the per-span Python work alone). The workers' figure moves with the
+    machine, not with the store: a throughput that falls while it stays level is the store
+    (merges growing with the data) slowing down; one that falls with it is the machine."""
     pool = make_requests(120, seed=77, secret_every_bytes=REALISTIC_SECRET_EVERY_BYTES)
-    windows: list[float] = []
-    with _collector({}) as (_, key, grpc_port, _http_port):
+    windows: list[dict[str, float]] = []
+    with _collector({}) as (process, key, grpc_port, _http_port):
+        workers = _children(process.pid)
         began = time.perf_counter()
         while time.perf_counter() - began < seconds:
             window_began, sent = time.perf_counter(), 0
+            collector_cpu, workers_cpu = _cpu_s([process.pid]), _cpu_s(workers)
             while time.perf_counter() - window_began < window_s:
                 asyncio.run(_send(pool[:24], grpc_port, key, None))
                 pool = pool[24:] + pool[:24]
                 sent += 24 * TRACES_PER_REQUEST * 9
-            windows.append(sent / (time.perf_counter() - window_began))
+            windows.append(
+                {
+                    "spans_per_s": sent / (time.perf_counter() - window_began),
+                    "collector_cpu_us_per_span": (_cpu_s([process.pid]) - collector_cpu)
+                    / sent
+                    * 1e6,
+                    "workers_cpu_us_per_span": (_cpu_s(workers) - workers_cpu) / sent * 1e6,
+                }
+            )
     return windows
 
 
@@ -575,7 +590,7 @@ def main(requests_count: int = 300) -> dict[str, Any]:
     off = run_collector(requests, {"AFR_REDACTION_ENABLED": "false"}, half_rate=False)
     figures.update({f"redaction_off_{k}": v for k, v in off.items()})
     stability_s = float(os.environ.get("AFR_BENCH_STABILITY_S", "300"))
-    figures["stability_window_spans_per_s"] = run_stability(stability_s) if stability_s else []
+    figures["stability_windows"] = run_stability(stability_s) if stability_s else []
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "collector.json").write_text(json.dumps(figures, indent=2))
     _report(figures)
@@ -626,12 +641,26 @@ def _report(f: dict[str, Any]) -> None:
     print(
         f"  redaction off (secret-free): {f['redaction_off_acknowledged_spans_per_s']:,.0f} spans/s"
     )
-    windows = f["stability_window_spans_per_s"]
+    windows = f["stability_windows"]
     if windows:
-        print(
-            f"  stability, realistic, {len(windows)} windows of 30 s: "
-            f"{min(windows):,.0f}-{max(windows):,.0f} spans/s (min/max {min(windows) / max(windows):.2f})"
-        )
+        print(f"  stability, realistic, {len(windows)} windows of 30 s: {_stability(windows)}")
+
+
+def _stability(windows: list[dict[str, float]]) -> str:
+    """The windows' spread, and their last third against their first: throughput, and the
+    CPU per span of the collector process and of the workers (see ``run_stability``)."""
+
+    def spread(key: str) -> str:
+        values = [w[key] for w in windows]
+        third = max(1, len(values) // 3)
+        first, last = values[:third], values[-third:]
+        trend = (sum(last) / len(last)) / (sum(first) / len(first))
+        return f"{min(values):,.0f}-{max(values):,.0f} (last third / first {trend:.2f}x)"
+
+    return (
+        f"{spread('spans_per_s')} spans/s; CPU µs per span: collector "
+        f"{spread('collector_cpu_us_per_span')}, workers {spread('workers_cpu_us_per_span')}"
+    )
 
 
 if __name__ == "__main__":
