@@ -153,7 +153,6 @@ def snapshot(store: Any, database: str, chdb_dir: Path) -> dict[str, Any]:
     return {
         "data_dir_bytes": _disk_bytes(chdb_dir),
         "parts": _parts(store, database),
-        "columns": _columns(store, database),
         "indices": _indices(store, database),
     }
 
