@@ -232,7 +232,10 @@ def _grpc_export(
 TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 
 
-def test_duplicate_delivery_keeps_runs_exact(running: Running) -> None:
+@pytest.mark.parametrize("inserts", ["three inserts", "one insert"])
+def test_duplicate_delivery_keeps_runs_exact(running: Running, inserts: str) -> None:
+    """Nothing merged yet either way: three parts, or one part holding the spans three times
+    (an insert does not merge its own block: ADR 44)."""
     request = _request(
         _span(TRACE, bytes.fromhex("00f067aa0ba902b7"), "root"),
         _span(TRACE, bytes.fromhex("00f067aa0ba902b8"), "child", bytes.fromhex("00f067aa0ba902b7")),
@@ -240,7 +243,13 @@ def test_duplicate_delivery_keeps_runs_exact(running: Running) -> None:
     for _ in range(3):
         code, _response, _ = _grpc_export(running, request)
         assert code == grpc.StatusCode.OK
-        running.collector.flush()  # three separate inserts: nothing merged yet
+        if inserts == "three inserts":
+            running.collector.flush()
+    running.collector.flush()
+    stored = running.collector.store.query(
+        "SELECT count() FROM {db}.otel_traces WHERE TraceId = %(trace)s", {"trace": TRACE.hex()}
+    )
+    assert stored == [(6,)]  # as delivered: the reads below remove the copies
     body = running.run(TRACE.hex())
     assert body["run"]["span_count"] == 2
     assert len(body["spans"]) == 2
