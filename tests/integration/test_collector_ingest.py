@@ -246,10 +246,12 @@ def test_duplicate_delivery_keeps_runs_exact(running: Running, inserts: str) -> 
         if inserts == "three inserts":
             running.collector.flush()
     running.collector.flush()
-    stored = running.collector.store.query(
-        "SELECT count() FROM {db}.otel_traces WHERE TraceId = %(trace)s", {"trace": TRACE.hex()}
-    )
-    assert stored == [(6,)]  # as delivered: the reads below remove the copies
+    if inserts == "one insert":  # (three parts may be merged by now; one part is not)
+        stored = running.collector.store.query(
+            "SELECT count() FROM {db}.otel_traces WHERE TraceId = %(trace)s",
+            {"trace": TRACE.hex()},
+        )
+        assert stored == [(6,)]  # as delivered: the reads below remove the copies
     body = running.run(TRACE.hex())
     assert body["run"]["span_count"] == 2
     assert len(body["spans"]) == 2
