@@ -234,24 +234,27 @@ TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 
 @pytest.mark.parametrize("inserts", ["three inserts", "one insert"])
 def test_duplicate_delivery_keeps_runs_exact(running: Running, inserts: str) -> None:
-    """Nothing merged yet either way: three parts, or one part holding the spans three times
-    (an insert does not merge its own block: ADR 44)."""
-    request = _request(
+    """Each span delivered three times: in three exports and inserts (three parts), or in
+    one export, whose batch goes in as one insert and one part that holds every copy (an
+    insert does not merge its own block: ADR 44)."""
+    spans = (
         _span(TRACE, bytes.fromhex("00f067aa0ba902b7"), "root"),
         _span(TRACE, bytes.fromhex("00f067aa0ba902b8"), "child", bytes.fromhex("00f067aa0ba902b7")),
     )
-    for _ in range(3):
-        code, _response, _ = _grpc_export(running, request)
-        assert code == grpc.StatusCode.OK
-        if inserts == "three inserts":
+    if inserts == "three inserts":
+        for _ in range(3):
+            code, _response, _ = _grpc_export(running, _request(*spans))
+            assert code == grpc.StatusCode.OK
             running.collector.flush()
-    running.collector.flush()
-    if inserts == "one insert":  # (three parts may be merged by now; one part is not)
+    else:
+        code, _response, _ = _grpc_export(running, _request(*spans * 3))
+        assert code == grpc.StatusCode.OK
+        running.collector.flush()
         stored = running.collector.store.query(
             "SELECT count() FROM {db}.otel_traces WHERE TraceId = %(trace)s",
             {"trace": TRACE.hex()},
         )
-        assert stored == [(6,)]  # as delivered: the reads below remove the copies
+        assert stored == [(6,)]  # one part cannot have been merged: the reads remove copies
     body = running.run(TRACE.hex())
     assert body["run"]["span_count"] == 2
     assert len(body["spans"]) == 2
