@@ -26,14 +26,18 @@ The optional TOML file (``AFR_REDACTION_CONFIG``)::
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from collector.pipeline import Processor
+from collector.processors.normalize import normalize
 from collector.processors.redact import BUILTIN_DETECTORS, Redactor, detector
 from collector.processors.rules import RedactionConfig
+from collector.processors.signature import failure_causes
 from collector.processors.truncate import TruncationConfig, Truncator
 from collector.settings import CollectorSettings
 
@@ -41,9 +45,12 @@ __all__ = [
     "ConfigError",
     "build_redactor",
     "build_truncator",
+    "default_processors",
     "load_config_file",
     "redaction_secret",
 ]
+
+logger = logging.getLogger("afr.collector")
 
 KEY_FILE = "redaction.key"
 _KNOWN_RULES = {d.name for d in BUILTIN_DETECTORS}
@@ -130,3 +137,24 @@ def build_truncator(settings: CollectorSettings, document: dict[str, Any]) -> Tr
             field_limits={str(k): int(v) for k, v in limits.items()},
         )
     )
+
+
+def default_processors(settings: CollectorSettings) -> list[tuple[str, Processor]]:
+    """redact -> normalize -> signature -> truncate. Redaction comes first so every field
+    normalization derives (agent, tool, model, error type, the Input/Output bodies) is derived
+    from redacted data; nothing is written (or logged) before it; the failure cause reads the
+    canonical fields and the whole arguments, so it comes before truncation, which keeps the
+    hash of the redacted value, never of a secret."""
+    document = load_config_file(settings.redaction_config)
+    processors: list[tuple[str, Processor]] = []
+    if settings.redaction_enabled:
+        processors.append(("redact", build_redactor(settings, document)))
+    else:
+        logger.warning("redaction is OFF: span content is stored exactly as received")
+    processors.append(("normalize", normalize))
+    if settings.failure_signatures:
+        processors.append(("signature", failure_causes))
+    else:
+        logger.info("failure signatures are off: errored runs get no signature, never cluster")
+    processors.append(("truncate", build_truncator(settings, document)))
+    return processors

@@ -25,9 +25,7 @@ from collector.api.openapi import OPENAPI
 from collector.api.runs import RunsApi
 from collector.auth import Authenticator, KeyStore
 from collector.pipeline import Pipeline, Processor
-from collector.privacy import build_redactor, build_truncator, load_config_file
-from collector.processors.normalize import normalize
-from collector.processors.signature import failure_causes
+from collector.privacy import default_processors
 from collector.receiver.grpc import build_grpc_server
 from collector.receiver.http import OtlpHttpHandler
 from collector.settings import CollectorSettings
@@ -61,27 +59,6 @@ def tune_gc_for_ingest() -> None:
     thousands of times a second (measured: +25% spans/s with this setting)."""
     gc.freeze()
     gc.set_threshold(_GC_GEN0_THRESHOLD, 20, 20)
-
-
-def default_processors(settings: CollectorSettings) -> list[tuple[str, Processor]]:
-    """redact -> normalize -> signature -> truncate. Redaction comes first so every field
-    normalization derives (agent, tool, model, error type, the Input/Output bodies) is derived
-    from redacted data; nothing is written (or logged) before it; the failure cause reads the
-    canonical fields and the whole arguments, so it comes before truncation, which keeps the
-    hash of the redacted value, never of a secret."""
-    document = load_config_file(settings.redaction_config)
-    processors: list[tuple[str, Processor]] = []
-    if settings.redaction_enabled:
-        processors.append(("redact", build_redactor(settings, document)))
-    else:
-        logger.warning("redaction is OFF: span content is stored exactly as received")
-    processors.append(("normalize", normalize))
-    if settings.failure_signatures:
-        processors.append(("signature", failure_causes))
-    else:
-        logger.info("failure signatures are off: errored runs get no signature, never cluster")
-    processors.append(("truncate", build_truncator(settings, document)))
-    return processors
 
 
 def _price_store(store: SpanStore) -> Any:

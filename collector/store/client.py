@@ -7,7 +7,9 @@ thread and the read API share it.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -33,7 +35,13 @@ from collector.store.schema import (
     migrations,
 )
 
-__all__ = ["ClickHouseStore", "EmbeddedStoreMissing", "SpanStore"]
+__all__ = [
+    "EMBEDDED_JEMALLOC_CONF",
+    "ClickHouseStore",
+    "EmbeddedStoreMissing",
+    "SpanStore",
+    "tune_embedded_allocator",
+]
 
 _PRICE_COLUMNS = (
     "Model",
@@ -63,6 +71,21 @@ class SpanStore(Protocol):
     def close(self) -> None: ...
 
 
+EMBEDDED_JEMALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:0"
+"""chDB's own jemalloc (it reads ``JE_MALLOC_CONF``, not ``MALLOC_CONF``): pages freed by an
+insert or a merge go back to the system within a second instead of ten, and are not kept as
+"muzzy" either. Measured through ``afr up`` at saturation (bench/README.md): the collector
+process's peak RSS 50-120 MiB lower for the same CPU per span; ``dirty_decay_ms:0`` cut
+about as much and cost +20% CPU. Set only before chDB is loaded, and never over an
+operator's own ``JE_MALLOC_CONF``."""
+
+
+def tune_embedded_allocator() -> None:
+    """``EMBEDDED_JEMALLOC_CONF`` for the chDB about to be loaded (no effect once it is)."""
+    if "chdb" not in sys.modules:
+        os.environ.setdefault("JE_MALLOC_CONF", EMBEDDED_JEMALLOC_CONF)
+
+
 class ClickHouseStore:
     def __init__(
         self,
@@ -79,6 +102,7 @@ class ClickHouseStore:
         import clickhouse_connect
 
         if dsn.startswith("chdb:"):
+            tune_embedded_allocator()
             try:
                 import chdb  # noqa: F401  (clickhouse-connect's chdb client imports it)
             except ImportError:

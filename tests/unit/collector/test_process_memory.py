@@ -1,0 +1,83 @@
+"""What a collector's processes load, which is what their resident memory is made of: an
+ingest worker builds its processors without the collector's servers (gRPC, HTTP, the read
+and SQL APIs: ~23 MiB of RSS per worker), and the embedded store's allocator returns freed
+pages within a second unless the operator configured it (``JE_MALLOC_CONF``)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collector.store.client import EMBEDDED_JEMALLOC_CONF
+
+# What a spawned ingest worker runs before its first request: the parent's main module
+# (`afr up` is `afr.cli`) and the pool initializer's arguments, unpickled.
+WORKER_START = """
+import json, pickle, sys
+import afr.cli  # the parent's __main__, imported by spawn as __mp_main__
+processors = pickle.loads(sys.stdin.buffer.read())()
+print(json.dumps({"names": [name for name, _ in processors], "modules": sorted(sys.modules)}))
+"""
+
+SERVER_MODULES = ("grpc", "uvicorn", "starlette", "collector.server", "collector.receiver.grpc")
+
+
+def test_an_ingest_worker_builds_its_processors_without_the_servers(tmp_path: Path) -> None:
+    from collector.server import default_processors
+    from collector.settings import CollectorSettings
+
+    # The factory the collector hands its worker pool (Collector.__init__), as spawn sends it.
+    factory = functools.partial(default_processors, CollectorSettings(data_dir=tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_START],
+        input=pickle.dumps(factory),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    loaded = json.loads(done.stdout)
+    assert loaded["names"] == ["redact", "normalize", "signature", "truncate"]
+    assert [m for m in SERVER_MODULES if m in loaded["modules"]] == []
+
+
+OPEN_STORE = """
+import json, os, sys
+from collector.store.client import ClickHouseStore
+ClickHouseStore("chdb://" + sys.argv[1])
+import chdb  # noqa: F401
+print(json.dumps(os.environ.get("JE_MALLOC_CONF")))
+"""
+
+
+@pytest.mark.parametrize(
+    ("operator", "expected"),
+    [
+        pytest.param(None, EMBEDDED_JEMALLOC_CONF, id="not set: the collector's"),
+        pytest.param("dirty_decay_ms:5000", "dirty_decay_ms:5000", id="set: the operator's"),
+        pytest.param("", "", id="set empty: jemalloc's defaults"),
+    ],
+)
+def test_the_embedded_store_tunes_its_allocator_unless_the_operator_did(
+    tmp_path: Path, operator: str | None, expected: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JE_MALLOC_CONF"}
+    if operator is not None:
+        env["JE_MALLOC_CONF"] = operator
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN_STORE, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == expected
