@@ -314,8 +314,135 @@ def _every_match(
     side patterns, reporting every match (not each pattern's first)."""
     chosen = {i: _expression(p) for i, p in enumerate(patterns) if i not in side}
     chosen.update((i, _expression(p)) for i, p in loose)
-    database = _database(chosen, 0 if ascii_only else _EVERY)
-    return database if database is not None or not ascii_only else _database(chosen, _EVERY)
+    # Each pattern cut to what every one of its matches begins with (``_head``): the same
+    # segments, without one report per byte of a long token (a key's 40 letters past the 20
+    # its pattern needs); the patterns whole if Hyperscan will not take the cuts.
+    heads = {i: _head(expression.decode()).encode() for i, expression in chosen.items()}
+    for flags in (0, _EVERY) if ascii_only else (_EVERY,):
+        for expressions in (heads, chosen):
+            database = _database(expressions, flags)
+            if database is not None:
+                return database
+    return None
+
+
+_QUANTIFIER = re.compile(r"(?:[*+?]|\{(\d+)(?:,(\d*))?\})\??")
+_ZERO_WIDTH = frozenset({"\\b", "\\B", "(?:)"})
+
+
+def _atoms(pattern: str) -> list[tuple[str, str]] | None:
+    """``pattern`` (one alternative, no ``|`` outside its groups) as (atom, quantifier)
+    pairs; None for syntax this does not read (``\\Q``, a flag group)."""
+    atoms: list[tuple[str, str]] = []
+    index, size = 0, len(pattern)
+    while index < size:
+        char = pattern[index]
+        if char == "\\":
+            if pattern[index + 1 : index + 2] == "Q":
+                return None
+            end = index + 2
+            if pattern[index + 1 : index + 2] in ("x", "p", "P") and pattern[end : end + 1] == "{":
+                end = pattern.index("}", end) + 1
+        elif char == "[":
+            end = _class_end(pattern, index) + 1
+        elif char == "(":
+            depth, end = 0, index
+            while True:
+                if pattern[end] == "\\":
+                    end += 2
+                    continue
+                if pattern[end] == "[":
+                    end = _class_end(pattern, end) + 1
+                    continue
+                depth += {"(": 1, ")": -1}.get(pattern[end], 0)
+                end += 1
+                if depth == 0:
+                    break
+            if pattern[index + 1] == "?" and not pattern.startswith(("(?:", "(?P<", "(?i:"), index):
+                return None  # a flag group, (?i), whose scope runs past it, or (?s:...)
+        else:
+            end = index + 1
+        quantifier = _QUANTIFIER.match(pattern, end)
+        tail = quantifier.group() if quantifier is not None else ""
+        atoms.append((pattern[index:end], tail))
+        index = end + len(tail)
+    return atoms
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index of the ``]`` closing the class opened at ``start``."""
+    end = start + 1
+    if pattern[end : end + 1] == "^":
+        end += 1
+    if pattern[end : end + 1] == "]":
+        end += 1
+    while pattern[end] != "]":
+        close = pattern.find(":]", end + 2) if pattern.startswith("[:", end) else -1
+        end = close + 2 if close != -1 else end + (2 if pattern[end] == "\\" else 1)
+    return end
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """``pattern`` split at its top-level ``|``."""
+    parts: list[str] = []
+    depth, start, index = 0, 0, 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char == "[":
+            index = _class_end(pattern, index) + 1
+            continue
+        if char in "()":
+            depth += 1 if char == "(" else -1
+        elif char == "|" and depth == 0:
+            parts.append(pattern[start:index])
+            start = index + 1
+        index += 1
+    parts.append(pattern[start:])
+    return parts
+
+
+def _head(pattern: str) -> str:
+    """A pattern that matches where ``pattern`` does and ends as early as it can there:
+    each alternative without its trailing assertions (``\\b``) and optional atoms, and its
+    last repeat down to its least count (``[A-Z]{20,}`` to ``[A-Z]{20}``, a group within
+    itself cut so). Every match of ``pattern`` begins with a match of it, so it finds the
+    same segments; ``pattern`` unchanged where nothing is cut or the cut would match
+    nothing."""
+    heads = []
+    for alternative in _alternatives(pattern):
+        atoms = _atoms(alternative)
+        if atoms is None:
+            return pattern
+        while atoms:
+            atom, quantifier = atoms[-1]
+            counted = _QUANTIFIER.fullmatch(quantifier) if quantifier else None
+            least = 1
+            if counted is not None:
+                least = (
+                    int(counted.group(1))
+                    if counted.group(1)
+                    else (1 if quantifier[0] == "+" else 0)
+                )
+            if atom in _ZERO_WIDTH or least == 0:
+                atoms.pop()
+                continue
+            if least == 1 and atom.startswith("(") and atom.endswith(")"):
+                opening = next((o for o in ("(?:", "(?i:") if atom.startswith(o)), "(")
+                inner = _head(atom[len(opening) : -1]) if atom[1] != "?" or opening != "(" else None
+                if inner is not None and inner != atom[len(opening) : -1]:
+                    atoms[-1] = (f"{opening}{inner})", "")
+                    break
+            if quantifier:
+                atoms[-1] = (atom, "" if least == 1 else f"{{{least}}}")
+            break
+        head = "".join(a + q for a, q in atoms)
+        if not head:
+            return pattern  # it would match the empty string everywhere
+        heads.append(head)
+    return "|".join(heads)
 
 
 def _database(expressions: dict[int, bytes], flags: int) -> Any:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import hashlib
 import hmac
 import json
 import logging
@@ -252,6 +251,7 @@ class Redactor:
                 loose={len(detectors) + 1: _BASE64_BLOB_LOOSE},
             )
         self._subsets: dict[frozenset[int], _Matcher] = {}
+        self._matchable = frozenset(range(len(detectors) + 2))  # what a subset is made of
         self._scan_bytes = re2.compile(self._scan.pattern.encode(), options)
         self._chooser = _Chooser()
         # One span at a time: what is being processed (the segment's detectors, the decode
@@ -260,8 +260,9 @@ class Redactor:
         self.forced_engine: int | None = None
         """Selection by RE2 (0) or Hyperscan (1) on every span, not the faster: for tests."""
         self._key_classes: dict[str, tuple[int, bool]] = {}
+        self._plain_keys: set[str] = set()  # classified keys that cannot hold a secret
         self._decode_depth = 0  # how many encodings (percent, base64) the text is inside
-        self._clean: set[str] = set()  # short JSON strings and keys that hold nothing
+        self._clean: set[str] = set()  # short texts (JSON strings, keys, values) that hold nothing
         # The patterns the span's scan found in the segment being processed (_scan_slots).
         self._segment_ids: set[int] | None = None
         # A conversation repeats the same address or card in many messages: HMAC each once.
@@ -289,7 +290,7 @@ class Redactor:
             else:
                 label, keyed = rule, canonical(value) if canonical is not None else value.strip()
             raw = keyed.encode("utf-8", "surrogatepass")  # text, as scanned (see _scan_text)
-            digest = hmac.new(self._secret, raw, hashlib.sha256).hexdigest()
+            digest = hmac.digest(self._secret, raw, "sha256").hex()  # one call into C
             cached = f"<{label}:{digest[:12]}>"
             if len(self._pseudonyms) >= _PSEUDONYM_CACHE:
                 self._pseudonyms.clear()
@@ -362,7 +363,10 @@ class Redactor:
             holds_secret = True
         if len(self._key_classes) > 65_536:
             self._key_classes.clear()
+            self._plain_keys.clear()
         self._key_classes[key] = (known, holds_secret)
+        if not holds_secret:
+            self._plain_keys.add(key)
         return known, holds_secret
 
     def _map_slots(
@@ -371,8 +375,9 @@ class Redactor:
         """The map with its keys redacted and its sensitive values replaced; the values left
         to scan are added to ``slots`` (they are written into the returned map)."""
         classes = self._key_classes
-        # The common case has no key to rename: the map is edited in place.
-        renames = any(classes.get(key, (0, True))[1] for key in mapping)
+        # The common case has no key to rename (every key classified, none can hold a
+        # secret): the map is edited in place.
+        renames = not self._plain_keys.issuperset(mapping)
         out: dict[str, str] = {} if renames else mapping
         for key, value in mapping.items():
             known = classes.get(key)
@@ -550,7 +555,7 @@ class Redactor:
         else:
             found = finder.ids(data)
         # Ids 0 (pseudonyms) to len(detectors) + 1 (base64 runs); the scan's own above.
-        chosen = frozenset(i for i in found if i <= len(self._detectors) + 1)
+        chosen = self._matchable.intersection(found)
         if not chosen:
             return None
         matcher = self._subsets.get(chosen)
@@ -574,7 +579,12 @@ class Redactor:
         try:
             if len(text) > self.config.max_scan_bytes:
                 raise _Unprocessable("too large to scan")
+            if len(text) <= _CLEAN_MAX_CHARS and text in self._clean:
+                return  # seen before, and it held nothing (an SDK trace id on every span)
+            before = len(fired)
             value = self._redact_value(text, where, fired)
+            if len(fired) == before:
+                self._remember_clean(text, value)
         except (_Unprocessable, RecursionError, ValueError, TypeError) as exc:
             value = FAILED_SENTINEL
             self.stats.failed_closed += 1
@@ -588,7 +598,7 @@ class Redactor:
     def _redact_value(self, text: str, where: str, fired: list[str], depth: int = 0) -> str:
         if text.lstrip()[:1] in ("{", "["):
             try:
-                document = json.loads(text, object_pairs_hook=_no_duplicates)
+                document = _STRICT_JSON.decode(text)
             except (ValueError, RecursionError):
                 document = _NOT_JSON  # a repr, truncated or duplicate-key JSON: text below
             if document is not _NOT_JSON:
@@ -598,9 +608,7 @@ class Redactor:
                     return text
                 # A lone surrogate arrived escaped ("\ud800") and leaves escaped: raw, the
                 # text would not be UTF-8 and no row could hold it.
-                return escape_surrogates(
-                    json.dumps(walked, ensure_ascii=False, separators=(",", ":"))
-                )
+                return escape_surrogates(_COMPACT_JSON.encode(walked))
         return self._redact_text(text, where, fired)
 
     def _walk(self, node: Any, path: str, fired: list[str], depth: int) -> Any:
@@ -656,9 +664,10 @@ class Redactor:
         return node
 
     def _remember_clean(self, text: str, redacted: str) -> str:
-        """``redacted`` (what became of ``text``, a JSON document's string or key); a short
-        text that came out as it went in is remembered, and not scanned again: the verdict
-        depends on the text alone, and keys, roles and names recur in every message. Not
+        """``redacted`` (what became of ``text``, a JSON document's string or key, or a
+        segment: an attribute's value); a short text that came out as it went in is
+        remembered, and not scanned again: the verdict depends on the text alone, and keys,
+        roles, names and ids recur in every message and span. Not
         inside an encoding (percent, base64), where the decoders stop at a depth, nor JSON
         (nested too deeply at one depth and not at another)."""
         if (
@@ -962,6 +971,10 @@ def _loosened(pattern: str) -> str:
 
 
 _NOT_JSON = object()
+# json.loads / json.dumps with these arguments, without building a decoder or an encoder per
+# document (a redacted message body is parsed and written again: ~4 us of the two calls).
+_STRICT_JSON = json.JSONDecoder(object_pairs_hook=_no_duplicates)
+_COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _AUTH_SCHEME = re.compile(r"(?i)^(?:bearer|basic|token|digest|apikey)\s+")
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 

@@ -564,3 +564,56 @@ def test_a_text_left_alone_inside_layers_of_encoding_is_still_scanned_in_plain_v
         redactor([layered, plain])
         assert plain.redactions == ["attr.doc$.q:email"]
         assert "user%40example.com" not in plain.span_attributes["doc"]
+
+
+# --- short values seen clean are not scanned again -------------------------------------
+def _trace_span(trace_id: str, note: str = "refund the order") -> SpanRecord:
+    record = span_record()
+    record.span_attributes["afr.sdk.trace_id"] = trace_id
+    record.span_attributes["afr.note"] = note
+    return record
+
+
+def test_a_value_seen_clean_is_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An SDK trace id (``trace_`` and 32 hex digits: a run the base64 selection looks at)
+    rides on every span of a trace: it is looked at once, and stored as it came."""
+    redactor = Redactor(KEY)
+    trace_id = "trace_" + "5a67036f9b540d6b" * 2
+    scanned: list[str] = []
+    scan = redactor._redact_value
+
+    def counting(text: str, *args: Any, **kwargs: Any) -> str:
+        scanned.append(text)
+        return scan(text, *args, **kwargs)
+
+    monkeypatch.setattr(redactor, "_redact_value", counting)
+    spans = [_trace_span(trace_id) for _ in range(9)]
+    redactor(spans)
+    assert [s.span_attributes["afr.sdk.trace_id"] for s in spans] == [trace_id] * 9
+    assert scanned.count(trace_id) == 1
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        "alice.smith@example.com",
+        "+1 415 555 0134",
+        "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4",
+        "AKIAQ3ZL7XW2RTB4NVPM",
+    ],
+)
+def test_a_value_that_held_a_secret_is_redacted_every_time(secret: str) -> None:
+    """Only clean values are remembered: the same secret in every span of a trace is
+    replaced in each, and a clean value under a sensitive key is replaced whatever it is."""
+    redactor = Redactor(KEY)
+    spans = [_trace_span("trace_" + "ab" * 16, note=f"reach {secret} today") for _ in range(3)]
+    redactor(spans)
+    notes = {s.span_attributes["afr.note"] for s in spans}
+    assert len(notes) == 1 and secret not in notes.pop()
+    clean = "trace_" + "cd" * 16
+    redactor([_trace_span(clean)])
+    keyed = span_record()
+    keyed.span_attributes["session_token"] = clean
+    redactor([keyed])
+    assert keyed.span_attributes["session_token"] != clean
+    assert any(entry.startswith("attr.session_token:") for entry in keyed.redactions)

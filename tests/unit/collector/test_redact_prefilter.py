@@ -456,3 +456,62 @@ def test_threads_share_one_redactor() -> None:
     assert not errors
     got = [[dataclasses.asdict(r) for r in batch] for batch in batches]
     assert got == [[dataclasses.asdict(r) for r in batch] for batch in expected]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "head"),
+    [
+        # The last repeat down to its least count, trailing assertions and optional atoms off.
+        (r"\bsk-(?:proj-)?[A-Za-z0-9_-]{20,}", r"\bsk-(?:proj-)?[A-Za-z0-9_-]{20}"),
+        (r"\b[a-z]+@[a-z]+\.[a-z]{2,}\b", r"\b[a-z]+@[a-z]+\.[a-z]{2}"),
+        (r"[A-Za-z0-9+/]{31,}={0,2}", r"[A-Za-z0-9+/]{31}"),
+        (r"ghp_[A-Za-z0-9]{30,40}\b", r"ghp_[A-Za-z0-9]{30}"),
+        # Each alternative, and a group that ends it, within itself.
+        (r"\b(?:ya29\.[\w-]{20,}|1//0[\w-]{40,})", r"\b(?:ya29\.[\w-]{20}|1//0[\w-]{40})"),
+        (r"x(?i:ab|cd+)|y+", r"x(?i:ab|cd)|y"),
+        (r"(?:ab)+", r"(?:ab)"),
+        (r"(?:ab){2,}", r"(?:ab){2}"),
+        # Classes and escapes are read as such.
+        (r"[a\]|+]+\|+", r"[a\]|+]+\|"),
+        (r"[[:alpha:]]+x?", r"[[:alpha:]]"),
+        # Nothing to cut, or a cut it does not make.
+        (r"q{3,}z", r"q{3,}z"),
+        (r"a*", r"a*"),  # cut, it would match the empty text everywhere
+        (r"(?i)abc+", r"(?i)abc+"),  # a flag whose scope runs past its group
+        (r"(?s:a.+)", r"(?s:a.+)"),
+        (r"\Qa+\E", r"\Qa+\E"),
+    ],
+)
+def test_the_segments_scan_cuts_each_pattern_to_its_head(pattern: str, head: str) -> None:
+    """Every match of the pattern begins with a match of its head, which ends early: a long
+    token is one report, not one per byte past what the pattern needs."""
+    assert prefilter._head(pattern) == head
+    re2.compile(head)
+    rng = random.Random(3)
+    for _ in range(200):
+        text = "".join(rng.choice("abcdqxyz+|]/-_@.:ABGHSK0123456789 ") for _ in range(60))
+        for match in re2.finditer(pattern, text):
+            assert re2.match(head, text[match.start() :]) is not None, (pattern, text)
+
+
+def test_the_builtin_detectors_heads_compile_together() -> None:
+    """The cut patterns are what the segments scan runs (the whole ones only if Hyperscan
+    refused them): every builtin detector compiles cut, and long tokens are cut short."""
+    import hyperscan
+
+    expressions = {
+        i: prefilter._head(prefilter._expression(d.pattern).decode()).encode()
+        for i, d in enumerate(BUILTIN_DETECTORS)
+        if d.pattern.isascii()
+    }
+    assert prefilter._database(expressions, 0) is not None
+    database = prefilter._database(expressions, 0)
+    reports: list[int] = []
+
+    def report(pattern: int, start: int, end: int, flags: int, context: Any) -> bool:
+        reports.append(pattern)
+        return False
+
+    token = "sk-proj-" + "Ab3" * 30
+    database.scan(token.encode(), match_event_handler=report, scratch=hyperscan.Scratch(database))
+    assert 0 < len(reports) < 10, len(reports)
