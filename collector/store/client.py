@@ -75,7 +75,7 @@ EMBEDDED_JEMALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:0"
 """chDB's own jemalloc (it reads ``JE_MALLOC_CONF``, not ``MALLOC_CONF``): pages freed by an
 insert or a merge go back to the system within a second instead of ten, and are not kept as
 "muzzy" either. Measured through ``afr up`` at saturation (bench/README.md): the collector
-process's peak RSS 50-120 MiB lower for the same CPU per span; ``dirty_decay_ms:0`` cut
+process's peak RSS 25-120 MiB lower for the same CPU per span; ``dirty_decay_ms:0`` cut
 about as much and cost +20% CPU. Set only before chDB is loaded, and never over an
 operator's own ``JE_MALLOC_CONF``."""
 
