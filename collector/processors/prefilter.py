@@ -317,7 +317,7 @@ def _every_match(
     # Each pattern cut to what every one of its matches begins with (``_head``): the same
     # segments, without one report per byte of a long token (a key's 40 letters past the 20
     # its pattern needs); the patterns whole if Hyperscan will not take the cuts.
-    heads = {i: _head(expression.decode()).encode() for i, expression in chosen.items()}
+    heads = {i: _head_or_whole(expression) for i, expression in chosen.items()}
     for flags in (0, _EVERY) if ascii_only else (_EVERY,):
         for expressions in (heads, chosen):
             database = _database(expressions, flags)
@@ -402,6 +402,15 @@ def _alternatives(pattern: str) -> list[str]:
         index += 1
     parts.append(pattern[start:])
     return parts
+
+
+def _head_or_whole(expression: bytes) -> bytes:
+    """``_head`` of a Hyperscan expression; the expression itself where the cut cannot read
+    it (syntax RE2 took that this reader does not know stays whole, never stops a start)."""
+    try:
+        return _head(expression.decode()).encode()
+    except (IndexError, ValueError):
+        return expression
 
 
 def _head(pattern: str) -> str:

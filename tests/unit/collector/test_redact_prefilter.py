@@ -515,3 +515,8 @@ def test_the_builtin_detectors_heads_compile_together() -> None:
     token = "sk-proj-" + "Ab3" * 30
     database.scan(token.encode(), match_event_handler=report, scratch=hyperscan.Scratch(database))
     assert 0 < len(reports) < 10, len(reports)
+
+
+@pytest.mark.parametrize("expression", [rb"ab[c", rb"(ab", rb"\x{41"])
+def test_a_pattern_the_cut_cannot_read_is_scanned_whole(expression: bytes) -> None:
+    assert prefilter._head_or_whole(expression) == expression
