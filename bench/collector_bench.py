@@ -249,11 +249,301 @@ def _trace(
     return spans
 
 
+_TRIAGE_INSTRUCTIONS = (
+    "You are the triage agent of an online shop. Route refund requests to the Refund Agent."
+)
+_REFUND_INSTRUCTIONS = (
+    "You are the refund agent. Call refund_order with the order id and the amount as a "
+    "number, then tell the customer the outcome."
+)
+_REFUND_PARAMETERS = {
+    "properties": {
+        "order_id": {"description": "The order to refund, e.g. A-1001.", "type": "string"},
+        "amount": {"description": "The amount to refund.", "type": "number"},
+        "note": {"description": "What the customer said.", "type": "string"},
+    },
+    "required": ["order_id", "amount", "note"],
+    "title": "refund_order_args",
+    "type": "object",
+    "additionalProperties": False,
+}
+_HANDOFF_TOOL = {
+    "name": "transfer_to_refund_agent",
+    "parameters": {"additionalProperties": False, "type": "object", "properties": {}},
+    "strict": True,
+    "type": "function",
+    "description": "Handoff to the Refund Agent agent to handle the request.",
+}
+_REFUND_TOOL = {
+    "name": "refund_order",
+    "parameters": _REFUND_PARAMETERS,
+    "strict": True,
+    "type": "function",
+    "description": "Refund an amount on an order.",
+}
+
+
+def _response_value(
+    number: int, instructions: str, tool: dict[str, Any], output: list[dict[str, Any]]
+) -> str:
+    """The Responses API object OpenInference stores whole as an LLM span's ``output.value``."""
+    return json.dumps(
+        {
+            "id": f"resp_{number}",
+            "created_at": 1764000000.0 + number,
+            "error": None,
+            "incomplete_details": None,
+            "instructions": instructions,
+            "metadata": {},
+            "model": "gpt-4.1-mini",
+            "object": "response",
+            "output": output,
+            "parallel_tool_calls": True,
+            "temperature": None,
+            "tool_choice": "auto",
+            "tools": [tool],
+            "top_p": None,
+            "max_output_tokens": None,
+            "previous_response_id": None,
+            "reasoning": None,
+            "service_tier": None,
+            "status": "completed",
+            "text": {"format": {"type": "text"}, "verbosity": None},
+            "truncation": None,
+            "usage": {
+                "input_tokens": 346,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 60,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 406,
+            },
+            "user": None,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _llm_attributes(
+    number: int,
+    instructions: str,
+    tool: dict[str, Any],
+    history: list[dict[str, Any]],
+    output: list[dict[str, Any]],
+) -> list[common_pb2.KeyValue]:
+    """An OpenInference LLM span: the input items and the response whole as JSON, and every
+    message flattened again into ``llm.input_messages.<i>.message.*``."""
+    attributes = [
+        _kv("openinference.span.kind", "LLM"),
+        _kv("llm.system", "openai"),
+        _kv("llm.model_name", "gpt-4.1-mini"),
+        _kv("llm.token_count.prompt", 346),
+        _kv("llm.token_count.completion", 60),
+        _kv("llm.token_count.total", 406),
+        _kv(
+            "llm.invocation_parameters",
+            json.dumps(
+                {"model": "gpt-4.1-mini", "tool_choice": "auto", "instructions": instructions}
+            ),
+        ),
+        _kv("llm.tools.0.tool.json_schema", json.dumps({"type": "function", "function": tool})),
+        _kv("input.mime_type", "application/json"),
+        _kv("input.value", json.dumps(history)),
+        _kv("output.mime_type", "application/json"),
+        _kv("output.value", _response_value(number, instructions, tool, output)),
+        _kv("llm.input_messages.0.message.role", "system"),
+        _kv("llm.input_messages.0.message.content", instructions),
+    ]
+    for index, item in enumerate(history, start=1):
+        prefix = f"llm.input_messages.{index}.message"
+        if item.get("type") == "function_call":
+            attributes += [
+                _kv(f"{prefix}.role", "assistant"),
+                _kv(f"{prefix}.tool_calls.0.tool_call.id", item["call_id"]),
+                _kv(f"{prefix}.tool_calls.0.tool_call.function.name", item["name"]),
+                _kv(f"{prefix}.tool_calls.0.tool_call.function.arguments", item["arguments"]),
+            ]
+        elif item.get("type") == "function_call_output":
+            attributes += [
+                _kv(f"{prefix}.role", "tool"),
+                _kv(f"{prefix}.tool_call_id", item["call_id"]),
+                _kv(f"{prefix}.content", item["output"]),
+            ]
+        else:
+            attributes += [
+                _kv(f"{prefix}.role", item["role"]),
+                _kv(f"{prefix}.content", item["content"]),
+            ]
+    for index, item in enumerate(output):
+        prefix = f"llm.output_messages.{index}.message"
+        if item["type"] == "function_call":
+            attributes += [
+                _kv(f"{prefix}.role", "assistant"),
+                _kv(f"{prefix}.tool_calls.0.tool_call.id", item["call_id"]),
+                _kv(f"{prefix}.tool_calls.0.tool_call.function.name", item["name"]),
+                _kv(f"{prefix}.tool_calls.0.tool_call.function.arguments", item["arguments"]),
+            ]
+        else:
+            text = item["content"][0]["text"]
+            attributes += [_kv(f"{prefix}.role", "assistant"), _kv(f"{prefix}.content", text)]
+    return attributes
+
+
+def _openinference_trace(
+    rng: random.Random, start_ns: int, secret_every_bytes: int = 0
+) -> list[trace_pb2.Span]:
+    """The same refund story as ``_trace`` as OpenInference's OpenAI Agents instrumentation
+    records it (tests/data/dialects/openinference.json): each model call's input items and
+    response whole as JSON, its messages flattened again, the conversation growing call
+    by call, so the customer's message (fresh items in it) is in three spans twice."""
+    trace_id = rng.randbytes(16)
+    ids = [rng.randbytes(8) for _ in range(9)]
+    message = _text(rng, rng.randint(1500, 3000), secret_every_bytes)
+    note = _text(rng, rng.randint(1000, 2000), secret_every_bytes)
+    answer = _text(rng, 400)
+    user = {"content": message, "role": "user"}
+    handoff_call = {
+        "arguments": "{}",
+        "call_id": "call_handoff_" + ids[3].hex(),
+        "name": "transfer_to_refund_agent",
+        "type": "function_call",
+        "id": "fc_" + ids[3].hex(),
+        "status": "completed",
+    }
+    handoff_output = {
+        "call_id": handoff_call["call_id"],
+        "output": '{"assistant": "Refund Agent"}',
+        "type": "function_call_output",
+    }
+    refund_call = {
+        "arguments": json.dumps({"order_id": "A-1001", "amount": "12.OO", "note": note}),
+        "call_id": "call_refund_" + ids[6].hex(),
+        "name": "refund_order",
+        "type": "function_call",
+        "id": "fc_" + ids[6].hex(),
+        "status": "completed",
+    }
+    refund_output = {
+        "call_id": refund_call["call_id"],
+        "output": "An error occurred while running the tool. Please try again.",
+        "type": "function_call_output",
+    }
+    final = {
+        "id": "msg_" + ids[8].hex(),
+        "content": [{"annotations": [], "text": answer, "type": "output_text"}],
+        "role": "assistant",
+        "status": "completed",
+        "type": "message",
+    }
+    agent = "AGENT"
+    shape: list[tuple[str, int | None, list[common_pb2.KeyValue]]] = [
+        ("refund-desk", None, [_kv("openinference.span.kind", agent)]),
+        (
+            "Triage Agent",
+            0,
+            [
+                _kv("openinference.span.kind", agent),
+                _kv("agent.name", "Triage Agent"),
+                _kv("graph.node.id", "Triage Agent"),
+            ],
+        ),
+        ("abuse_screen", 1, [_kv("openinference.span.kind", "GUARDRAIL")]),
+        (
+            "response",
+            1,
+            _llm_attributes(3, _TRIAGE_INSTRUCTIONS, _HANDOFF_TOOL, [user], [handoff_call]),
+        ),
+        (
+            "handoff to Refund Agent",
+            1,
+            [
+                _kv("openinference.span.kind", "TOOL"),
+                _kv("input.value", "Triage Agent"),
+                _kv("output.value", "Refund Agent"),
+            ],
+        ),
+        (
+            "Refund Agent",
+            0,
+            [
+                _kv("openinference.span.kind", agent),
+                _kv("agent.name", "Refund Agent"),
+                _kv("graph.node.id", "Refund Agent"),
+                _kv("graph.node.parent_id", "Triage Agent"),
+            ],
+        ),
+        (
+            "response",
+            5,
+            _llm_attributes(
+                6,
+                _REFUND_INSTRUCTIONS,
+                _REFUND_TOOL,
+                [user, handoff_call, handoff_output],
+                [refund_call],
+            ),
+        ),
+        (
+            "refund_order",
+            5,
+            [
+                _kv("openinference.span.kind", "TOOL"),
+                _kv("tool.name", "refund_order"),
+                _kv("tool.description", "Refund an amount on an order."),
+                _kv("tool.parameters", json.dumps(_REFUND_PARAMETERS)),
+                _kv("input.mime_type", "application/json"),
+                _kv("input.value", refund_call["arguments"]),
+                _kv("output.value", refund_output["output"]),
+            ],
+        ),
+        (
+            "response",
+            5,
+            _llm_attributes(
+                8,
+                _REFUND_INSTRUCTIONS,
+                _REFUND_TOOL,
+                [user, handoff_call, handoff_output, refund_call, refund_output],
+                [final],
+            ),
+        ),
+    ]
+    spans = []
+    for index, (name, parent, attributes) in enumerate(shape):
+        failed = name == "refund_order"
+        spans.append(
+            trace_pb2.Span(
+                trace_id=trace_id,
+                span_id=ids[index],
+                parent_span_id=b"" if parent is None else ids[parent],
+                name=name,
+                kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
+                start_time_unix_nano=start_ns + index * 1_000_000,
+                end_time_unix_nano=start_ns + index * 1_000_000 + 500_000,
+                attributes=attributes,
+                status=trace_pb2.Status(
+                    code=trace_pb2.Status.STATUS_CODE_ERROR,
+                    message="Error running tool (non-fatal)",
+                )
+                if failed
+                else trace_pb2.Status(),
+            )
+        )
+    return spans
+
+
+_SCOPES = {"afr": "afr.exporter", "openinference": "openinference.instrumentation.openai_agents"}
+
+
 def make_requests(
-    count: int, seed: int = 7, secret_every_bytes: int = 0, failures: bool = False
+    count: int,
+    seed: int = 7,
+    secret_every_bytes: int = 0,
+    failures: bool = False,
+    dialect: str = "afr",
 ) -> list[bytes]:
     """``count`` export requests of ``TRACES_PER_REQUEST`` traces; every trace's tool call
-    fails (``Error running tool``), with the SDK's error data when ``failures``."""
+    fails (``Error running tool``), with the SDK's error data when ``failures``. ``dialect``:
+    ``afr`` (afr's exporter) or ``openinference`` (``_openinference_trace``)."""
     rng = random.Random(seed)
     now = time.time_ns()
     resource = resource_pb2.Resource(attributes=[_kv("service.name", "bench-agent")])
@@ -262,7 +552,11 @@ def make_requests(
         spans = [
             s
             for _ in range(TRACES_PER_REQUEST)
-            for s in _trace(rng, now, secret_every_bytes, failures)
+            for s in (
+                _openinference_trace(rng, now, secret_every_bytes)
+                if dialect == "openinference"
+                else _trace(rng, now, secret_every_bytes, failures)
+            )
         ]
         request = trace_service_pb2.ExportTraceServiceRequest(
             resource_spans=[
@@ -270,7 +564,8 @@ def make_requests(
                     resource=resource,
                     scope_spans=[
                         trace_pb2.ScopeSpans(
-                            scope=common_pb2.InstrumentationScope(name="afr.exporter"), spans=spans
+                            scope=common_pb2.InstrumentationScope(name=_SCOPES[dialect]),
+                            spans=spans,
                         )
                     ],
                 )

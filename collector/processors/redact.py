@@ -51,6 +51,7 @@ from collector.processors.rules import (
     Detector,
     RedactionConfig,
     is_sensitive_key,
+    key_hints,
     value_in_text,
 )
 
@@ -67,11 +68,6 @@ BUILTIN_DETECTORS: tuple[Detector, ...] = (
 logger = logging.getLogger("afr.collector.redact")
 
 FAILED_SENTINEL = "<redaction_failed>"
-_KEY_HINT_WORDS = (
-    "passw", "passphrase", "secret", "api.?key", "private.?key", "access.?key", "authorization",
-    "cookie", "credential", "card.?number", "cvv", "cvc", "ssn", "token", "auth", "session",
-    "pwd", "pin", "otp",
-)  # fmt: skip
 _SEPARATOR = "\x00"
 _PSEUDONYM_CACHE = 16_384
 _CLEAN_CACHE = 16_384
@@ -194,21 +190,29 @@ class Redactor:
         )
         self._provider_hint = re2.compile(hint.encode(), options)
         self._extra_keys = tuple(config.extra_key_names)
-        key_words = "|".join((*_KEY_HINT_WORDS, *(re2.escape(k) for k in self._extra_keys)))
+        key_words, end_words = key_hints(self._extra_keys)
         # The scan pattern adds more groups to the detectors (the providers loosened): they
         # only select segments for a closer look; replacements use the exact matchers. It
         # runs without anchors: a value is scanned inside the span's joined text, where "^"
         # and "$" of a rule (a PEM cut short, "-u user:pass") do not hold for it.
-        # A JSON key that may hold a secret whatever its value looks like.
-        json_key = rf'(?P<json_sensitive_key>"[^"\x00]*(?i:{key_words})[^"\x00]*"\s*:)'
+        # A JSON key that may hold a secret whatever its value looks like: a sensitive word
+        # in it, or at its end, before its closing quote (escaped in JSON inside a string).
+        # Not from the key's opening quote: the end of the match (all the selection uses)
+        # is the same, and a scan for the words first is ~2x faster.
+        json_key = (
+            rf'(?P<json_sensitive_key>(?i:{key_words})[^"\x00]*"\s*:'
+            rf'|(?i:{end_words})\\*"\s*:)'
+        )
         # An escaped character, which could hide a value from the raw scan: such JSON is
         # decoded and walked.
         json_escape = r"(?P<json_escape>\\u[0-9a-fA-F]{4})"
         # A name/value pair whose name is sensitive ({"name": "authorization", "value":
-        # ...} or ["x-api-key", ...]), as headers often travel.
+        # ...} or ["x-api-key", ...]), as headers often travel; the second form from the
+        # word on, as the key above.
+        pair_words = f"{key_words}|{end_words}"
         json_pair = (
-            rf'(?P<json_sensitive_pair>"(?:name|key)"\s*:\s*"[^"\x00]*(?i:{key_words})[^"\x00]*"'
-            rf'|\[\s*"[^"\x00]*(?i:{key_words})[^"\x00]*"\s*,)'
+            rf'(?P<json_sensitive_pair>"(?:name|key)"\s*:\s*"[^"\x00]*(?i:{pair_words})'
+            rf'|(?i:{pair_words})[^"\x00]*"\s*,)'
         )
         # Percent-encoded text, decoded before it is scanned.
         percent = r"(?P<percent_encoded>%[0-9A-Fa-f]{2})"

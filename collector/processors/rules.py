@@ -20,6 +20,7 @@ __all__ = [
     "Detector",
     "RedactionConfig",
     "is_sensitive_key",
+    "key_hints",
     "luhn_valid",
     "value_in_text",
 ]
@@ -347,14 +348,42 @@ DETECTORS: tuple[Detector, ...] = (
 )
 
 
-# Keys whose value is replaced whatever it looks like (attribute keys and JSON object keys).
-_SENSITIVE_KEY_PARTS = re.compile(
-    r"password|passwd|passphrase|secret|api_?key|private_?key|access_?key|authorization|"
-    r"cookie|credential|card_?number|cvv|cvc|ssn"
-)
+# Keys whose value is replaced whatever it looks like (attribute keys and JSON object keys),
+# defined once for ``is_sensitive_key`` and for the scan that selects JSON holding such a key
+# (``key_hints``). Each is a pattern over the key in lower case; ``{sep}`` is where a
+# compound may be split by one separator ("pass word", "api-key", "apiKey" read as api_key).
+_KEY_PARTS = (
+    "pass{sep}w(?:or)?d", "pass{sep}phrase", "secret", "api{sep}key", "private{sep}key",
+    "access{sep}key", "authorization", "cookie", "credential", "card{sep}number", "cvv",
+    "cvc", "ssn",
+)  # fmt: skip
+"""Sensitive wherever they are in the key."""
+_KEY_ENDS = ("token", "auth", "session", "session{sep}id", "sessid", "pwd", "pin", "otp", "sid")
+"""Sensitive as the end of the key's last dotted part: the whole of it or after ``_``
+(``auth``, ``x_pin``), and ``token``, ``sessid`` and ``sessionid`` after anything
+(``csrftoken``, ``PHPSESSID``); ``input_tokens`` counts tokens."""
+_KEY_SEPARATOR = "[ \\t\\n\\r\\f\\v_.]?"  # in the key normalized: "-" is "_" there
+_SENSITIVE_KEY_PARTS = re.compile("|".join(w.format(sep=_KEY_SEPARATOR) for w in _KEY_PARTS))
 _SENSITIVE_KEY_WHOLE = re.compile(
-    r"(?:.*_)?(?:token|auth|session(?:_?id)?|pwd|pin|otp|sid)|.*(?:token|sessid|sessionid)"
+    "(?:.*_)?(?:{})|.*(?:token|sessid|sessionid)".format(
+        "|".join(w.format(sep="_?") for w in _KEY_ENDS if w != "sessid")
+    )
 )
+# A key as a JSON document holds it: one separator may be escaped (``\\n``, and ``_escape_view``
+# shows that as two characters, three inside a JSON string); case is folded by the caller.
+_HINT_SEPARATOR = '[^"\\x00]{0,3}'
+
+
+def key_hints(extra: tuple[str, ...] = ()) -> tuple[str, str]:
+    """(anywhere, at the end): two RE2 alternations, to be matched without case, such that
+    every key ``is_sensitive_key`` accepts, as written in JSON text, holds a match of the
+    first or ends with a match of the second (a superset: they select JSON for a closer
+    look). A key holding a pseudonym or an escape (``\\u0041``) is selected by the scan's
+    other patterns."""
+    anywhere = [w.format(sep=_HINT_SEPARATOR) for w in _KEY_PARTS]
+    anywhere += [_HINT_SEPARATOR.join(re.escape(p) for p in name.split("_")) for name in extra]
+    ends = [w.format(sep="[_-]?") for w in _KEY_ENDS]
+    return "|".join(anywhere), "|".join(ends)
 
 
 @dataclass(frozen=True)
@@ -382,14 +411,12 @@ def _normal_key(key: str) -> str:
 def is_sensitive_key(key: str, extra: tuple[str, ...] = ()) -> bool:
     """``password``, ``db.password.value``, ``clientSecret``, ``x-api-key`` are; token
     counts (``gen_ai.usage.input_tokens``) are not."""
-    full = _normal_key(key)
+    full = _normal_key(key)  # "passWord", "Pass word", "user.Password"
     last = full.rsplit(".", 1)[-1]
     if last.endswith("tokens") or last.endswith("token_count"):
         return False  # token counts, not tokens
-    compact = re.sub(r"[\s_.-]", "", full)  # "passWord", "Pass word", "user.Password"
     return bool(
         _SENSITIVE_KEY_PARTS.search(full)
-        or _SENSITIVE_KEY_PARTS.search(compact)
         or _SENSITIVE_KEY_WHOLE.fullmatch(last)
         or last in extra
         or full in extra

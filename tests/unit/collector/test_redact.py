@@ -13,8 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.model import SpanRecord
+from collector.processors import prefilter
 from collector.processors.redact import FAILED_SENTINEL, Redactor
-from collector.processors.rules import VERIFIED, Detector, RedactionConfig, luhn_valid
+from collector.processors.rules import (
+    VERIFIED,
+    Detector,
+    RedactionConfig,
+    is_sensitive_key,
+    luhn_valid,
+)
 from tests.records import span_record
 from tests.secret_corpus import (
     CORE_KINDS,
@@ -617,3 +624,88 @@ def test_a_value_that_held_a_secret_is_redacted_every_time(secret: str) -> None:
     redactor([keyed])
     assert keyed.span_attributes["session_token"] != clean
     assert any(entry.startswith("attr.session_token:") for entry in keyed.redactions)
+
+
+# --- sensitive JSON keys: the scan selects every one the key rules name ------------------
+_KEY_WORDS = (
+    "pass", "word", "wd", "phrase", "secret", "api", "key", "private", "access",
+    "authorization", "cookie", "credential", "card", "number", "cvv", "cvc", "ssn", "token",
+    "tokens", "auth", "session", "id", "sessid", "pwd", "pin", "otp", "sid", "user", "input",
+    "count", "max", "db", "value", "header", "shipping", "spin", "loyalty", "x",
+)  # fmt: skip
+_KEY_JOINTS = ("", "", "_", "-", ".", " ", "__", "\n", "\t", "<email:0123456789ab>")
+_PLAIN_VALUE = "hunter2xyz"  # what no value detector finds: only a key's rule replaces it
+
+
+def _generated_keys(count: int, seed: int) -> list[str]:
+    """Keys as people and instrumentations spell them: words from the key rules, neighbours
+    and look-alikes, joined by separators (an escaped one in JSON), in any case, sometimes
+    around a pseudonym (a key that held a secret, sent back by a replay)."""
+    rng = random.Random(seed)
+    cases = (str.lower, str.upper, str.capitalize)
+    keys = {
+        "Pass word", "pass_word", "userPassWord", "x-api-key", "apiKey", "API_KEY", "clientSecret",
+        "card-number", "sessionId", "SESSION_ID", "PHPSESSID", "csrftoken", "connect.sid",
+        "x_pin", "xAuth", "auth_header", "input_tokens", "max_output_tokens", "tokens",
+        "token.value", "shipping", "spin", "loyaltyNumber", "Loyalty-Number", "api\nkey",
+    }  # fmt: skip
+    while len(keys) < count:
+        words = [rng.choice(cases)(rng.choice(_KEY_WORDS)) for _ in range(rng.randint(1, 4))]
+        key = words[0]
+        for word in words[1:]:
+            key += rng.choice(_KEY_JOINTS) + word
+        keys.add(key)
+    return sorted(keys)
+
+
+def _key_placements(key: str) -> dict[str, str]:
+    """The key with a plain value, in each form a JSON document gives a key a value."""
+    return {
+        "object": json.dumps({"note": "refund", key: _PLAIN_VALUE}),
+        "in a string": json.dumps({"arguments": json.dumps({key: _PLAIN_VALUE, "n": 1})}),
+        "name/value": json.dumps([{"name": key, "value": _PLAIN_VALUE}]),
+        "pair": json.dumps({"headers": [[key, _PLAIN_VALUE]]}),
+    }
+
+
+def _key_redactors() -> list[tuple[str, Redactor]]:
+    config = RedactionConfig(extra_key_names=("loyalty_number",))
+    redactors = [("re2 only", Redactor(KEY, config, use_prefilter=False))]
+    if prefilter.AVAILABLE:
+        for engine, name in ((1, "hyperscan"), (0, "re2 selection")):
+            redactor = Redactor(KEY, config, use_prefilter=True)
+            redactor.forced_engine = engine
+            redactors.append((name, redactor))
+    return redactors
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_sensitive_json_key_is_selected_and_replaced_in_every_placement(seed: int) -> None:
+    """A JSON key the key rules call sensitive has its value replaced whatever the value is,
+    so the scan that picks which JSON to decode must pick every document holding one: in an
+    object, in JSON inside a string, as a name/value pair, as a [name, value] pair, with
+    each selection engine. A key that is not sensitive leaves its document as it came.
+    (Before, keys split inside a word of the rules, such as "pass_word", were sensitive as
+    attributes and passed through JSON whole.)"""
+    keys = _generated_keys(160, seed)
+    for engine, redactor in _key_redactors():
+        records = []
+        for key in keys:
+            record = span_record()  # one document per segment: each is selected on its own
+            record.span_attributes.update(
+                (f"doc.{where}", text) for where, text in _key_placements(key).items()
+            )
+            records.append(record)
+        originals = [dict(r.span_attributes) for r in records]
+        redactor(records)
+        for key, record, original in zip(keys, records, originals, strict=True):
+            sensitive = is_sensitive_key(
+                key.replace("<email:0123456789ab>", ""), ("loyalty_number",)
+            )
+            for name, stored in record.span_attributes.items():
+                if not name.startswith("doc."):
+                    continue
+                if sensitive:
+                    assert _PLAIN_VALUE not in stored, (engine, key, name, stored)
+                else:
+                    assert stored == original[name], (engine, key, name, stored)
