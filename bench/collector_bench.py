@@ -1,8 +1,10 @@
 """Collector ingest: spans/s to durable, CPU, stage costs, latency, RSS, against floors.
 
 The collector runs as ``afr up`` in its own process on the embedded store; this process is
-the load generator: agent-like traces (9 spans each, 2-4 KB per span with JSON message
-bodies), pre-encoded, sent over OTLP/gRPC on several concurrent streams. Two corpora: the
+the load generator: agent traces of 9 spans (~3.3 KB per span as OpenInference's OpenAI
+Agents instrumentation records them, the default and issue 19's corpus; ~2.8 KB as afr's
+exporter does: ``AFR_BENCH_DIALECT=afr``), pre-encoded, sent over OTLP/gRPC on several
+concurrent streams. Two corpora: the
 secret-free one, and the realistic one (a fresh e-mail, phone number, key or IP about every
 2 KB of text, new in every request). For each, in the same run and on the same requests:
 
@@ -55,6 +57,10 @@ REALISTIC_SECRET_EVERY_BYTES = 2048
 RESULTS = Path(__file__).parent / "results"
 # The code before issue 19 (ingest speed on real agent content): the same-run baseline.
 BASELINE_REF = "b52997d"
+# The traces the bench sends: "openinference" (OpenInference's OpenAI Agents
+# instrumentation, as issue 19 measured: each model call's messages whole as JSON and again
+# flattened, the conversation repeated call by call) or "afr" (afr's exporter).
+DIALECT = os.environ.get("AFR_BENCH_DIALECT", "openinference")
 
 _WORDS = [
     "refund",
@@ -112,10 +118,11 @@ def _dense_text(rng: random.Random, groups: int = 20) -> str:
     )
 
 
-def _text(rng: random.Random, size: int, secret_every_bytes: int = 0) -> str:
-    """Agent-like prose; with ``secret_every_bytes`` an e-mail, phone or key that often."""
+def _text(rng: random.Random, size: int, secret_every_bytes: int = 0, phase: int = 0) -> str:
+    """Agent-like prose; with ``secret_every_bytes`` an e-mail, phone or key that often, the
+    first ``phase`` bytes sooner (0: a text shorter than that holds none)."""
     out: list[str] = []
-    length = since_secret = 0
+    length, since_secret = 0, phase
     while length < size:
         word = rng.choice(_WORDS)
         if secret_every_bytes and since_secret >= secret_every_bytes:
@@ -397,8 +404,11 @@ def _openinference_trace(
     by call, so the customer's message (fresh items in it) is in three spans twice."""
     trace_id = rng.randbytes(16)
     ids = [rng.randbytes(8) for _ in range(9)]
-    message = _text(rng, rng.randint(1500, 3000), secret_every_bytes)
-    note = _text(rng, rng.randint(1000, 2000), secret_every_bytes)
+    # A fresh item every ~2 KB of text whatever the text's length: each starts at a random
+    # point of that period.
+    every = secret_every_bytes
+    message = _text(rng, rng.randint(1000, 2400), every, rng.randrange(every) if every else 0)
+    note = _text(rng, rng.randint(700, 1500), every, rng.randrange(every) if every else 0)
     answer = _text(rng, 400)
     user = {"content": message, "role": "user"}
     handoff_call = {
@@ -705,7 +715,7 @@ def run_collector(
     spans_total = len(requests) * TRACES_PER_REQUEST * 9
     figures: dict[str, float] = {}
     with _collector(env_extra, source) as (process, key, grpc_port, http_port):
-        warm = make_requests(4, seed=99)
+        warm = make_requests(4, seed=99, dialect=DIALECT)
         asyncio.run(_send(warm, grpc_port, key, None))
         warm_rows = 4 * TRACES_PER_REQUEST * 9
 
@@ -730,7 +740,7 @@ def run_collector(
         if "insert_us_per_row" in health:
             figures["stage_insert_us"] = health["insert_us_per_row"]
         if half_rate:
-            half = make_requests(len(requests) // 2, seed=11)
+            half = make_requests(len(requests) // 2, seed=11, dialect=DIALECT)
             interval_s = TRACES_PER_REQUEST * 9 / (figures["acknowledged_spans_per_s"] / 2)
             _, half_latencies = asyncio.run(_send(half, grpc_port, key, interval_s))
             figures["half_rate_p50_ms"] = statistics.median(half_latencies) * 1000
@@ -771,7 +781,9 @@ def run_stability(seconds: float, window_s: float = 30.0) -> list[dict[str, floa
     the ingest workers (the per-span Python work alone). The workers' figure moves with the
     machine, not with the store: a throughput that falls while it stays level is the store
     (merges growing with the data) slowing down; one that falls with it is the machine."""
-    pool = make_requests(120, seed=77, secret_every_bytes=REALISTIC_SECRET_EVERY_BYTES)
+    pool = make_requests(
+        120, seed=77, secret_every_bytes=REALISTIC_SECRET_EVERY_BYTES, dialect=DIALECT
+    )
     windows: list[dict[str, float]] = []
     with _collector({}) as (process, key, grpc_port, _http_port):
         workers = _children(process.pid)
@@ -859,14 +871,17 @@ def _baseline_tree(ref: str) -> Iterator[Path | None]:
 
 
 def main(requests_count: int = 300) -> dict[str, Any]:
-    requests = make_requests(requests_count)
+    requests = make_requests(requests_count, dialect=DIALECT)
     spans_total = requests_count * TRACES_PER_REQUEST * 9
     bytes_per_span = sum(len(r) for r in requests) / spans_total
-    realistic = make_requests(requests_count, secret_every_bytes=REALISTIC_SECRET_EVERY_BYTES)
+    realistic = make_requests(
+        requests_count, secret_every_bytes=REALISTIC_SECRET_EVERY_BYTES, dialect=DIALECT
+    )
     clean_mb_s, realistic_mb_s, dense_mb_s = redaction_mb_per_s(requests[:40], realistic[:40])
     ref = os.environ.get("AFR_BENCH_BASELINE_REF", BASELINE_REF)
     figures: dict[str, Any] = {
         "spans": spans_total,
+        "dialect": DIALECT,
         "bytes_per_span": bytes_per_span,
         "baseline_ref": ref,
         "redact_truncate_mb_per_s": clean_mb_s,
@@ -894,7 +909,8 @@ def main(requests_count: int = 300) -> dict[str, Any]:
 
 def _report(f: dict[str, Any]) -> None:
     print(
-        f"collector bench ({f['spans']} spans per corpus, {f['bytes_per_span']:.0f} B/span, "
+        f"collector bench ({f['spans']} spans per corpus of {f['dialect']} traces, "
+        f"{f['bytes_per_span']:.0f} B/span, "
         f"{STREAMS} gRPC streams, {TRACES_PER_REQUEST * 9} spans/request; afr up with one "
         f"ingest worker per CPU; baseline: the code at {f['baseline_ref']}, same run)"
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import copy
+import dataclasses
 import json
 import random
 import string
@@ -12,8 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bench.collector_bench import make_requests
+from collector.decode import decode_protobuf, to_records
 from collector.model import SpanRecord
 from collector.processors import prefilter
+from collector.processors import redact as redact_module
 from collector.processors.redact import FAILED_SENTINEL, Redactor
 from collector.processors.rules import (
     VERIFIED,
@@ -709,3 +714,68 @@ def test_every_sensitive_json_key_is_selected_and_replaced_in_every_placement(se
                     assert _PLAIN_VALUE not in stored, (engine, key, name, stored)
                 else:
                     assert stored == original[name], (engine, key, name, stored)
+
+
+# --- a text seen before: the same outcome, without the work -----------------------------
+def _agent_records(dialect: str, seed: int) -> list[SpanRecord]:
+    (raw,) = make_requests(1, seed=seed, secret_every_bytes=2048, dialect=dialect)
+    return to_records(decode_protobuf(raw), "p", 1, None).records
+
+
+@pytest.mark.parametrize("dialect", ["afr", "openinference"])
+def test_a_text_seen_before_is_stored_labelled_and_counted_as_the_first_time(
+    dialect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agents resend their conversation: every model call's input holds each message before
+    it (OpenInference records it twice, as JSON and flattened). A text redacted before is
+    not redacted again; what is stored, each span's Redactions (its own labels and JSON
+    paths) and the counts are what redacting it again gives."""
+    records = _agent_records(dialect, seed=4)
+    recalled = copy.deepcopy(records)
+    redactor = Redactor(KEY)
+    redactor(recalled)
+    monkeypatch.setattr(redact_module, "_RECALL_MIN_CHARS", 10**9)  # nothing is recalled
+    fresh = Redactor(KEY)
+    fresh(records)
+    assert [dataclasses.asdict(r) for r in recalled] == [dataclasses.asdict(r) for r in records]
+    assert redactor.stats == fresh.stats
+    assert redactor.stats.redactions > 100  # the corpus holds secrets
+
+
+def test_a_message_resent_in_each_model_call_is_redacted_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The customer's message (an e-mail in it) in three model calls, each time as JSON and
+    flattened: scanned once; replaced in all six places, each labelled where it is."""
+    message = f"please refund order A-1001, write to {EMAIL} " + "thanks " * 40
+    spans = []
+    for call in range(3):
+        history = [{"role": "user", "content": message}] + [
+            {"role": "assistant", "content": f"step {n} done"} for n in range(call)
+        ]
+        spans.append(
+            span_record(
+                span_attributes={
+                    "input.value": json.dumps(history),
+                    "llm.input_messages.0.message.content": message,
+                }
+            )
+        )
+    redactor = Redactor(KEY)
+    scanned: list[str] = []
+    scan = redactor._redact_text
+
+    def counting(text: str, *args: Any, **kwargs: Any) -> str:
+        scanned.append(text)
+        return scan(text, *args, **kwargs)
+
+    monkeypatch.setattr(redactor, "_redact_text", counting)
+    redactor(spans)
+    assert scanned.count(message) == 1
+    for record in spans:
+        assert EMAIL not in str(record.span_attributes)
+        assert sorted(record.redactions) == [
+            "attr.input.value$[0].content:email",
+            "attr.llm.input_messages.0.message.content:email",
+        ]
+    assert redactor.stats.by_rule == {"email": 6}

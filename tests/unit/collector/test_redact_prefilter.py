@@ -92,9 +92,10 @@ def test_look_alikes_are_stored_the_same() -> None:
     assert with_prefilter == without
 
 
+@pytest.mark.parametrize("dialect", ["afr", "openinference"])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_agent_traces_with_fresh_secrets_are_stored_the_same(seed: int) -> None:
-    (raw,) = make_requests(1, seed=seed, secret_every_bytes=2048)
+def test_agent_traces_with_fresh_secrets_are_stored_the_same(seed: int, dialect: str) -> None:
+    (raw,) = make_requests(1, seed=seed, secret_every_bytes=2048, dialect=dialect)
     records = to_records(decode_protobuf(raw), "p", 1, None).records
     with_prefilter, without = _both(records)
     assert sum(len(r["redactions"]) for r in without) > 100  # the corpus does hold secrets
