@@ -182,8 +182,10 @@ def _flat_calls(attributes: Mapping[str, str], side: str) -> tuple[list[ToolCall
     results: dict[int, str] = {}
     if f"llm.{side}_messages.0.message.role" not in attributes:
         return [], []  # not OpenInference's shape: no key to scan
+    prefix = f"llm.{side}_messages."
     for key, value in attributes.items():
-        if not key.startswith("llm."):
+        # A model span carries dozens of flattened message fields, few of them tool calls.
+        if "tool_call" not in key or not key.startswith(prefix):
             continue
         match = _FLAT_CALL.match(key)
         if match and match.group(1) == side:
