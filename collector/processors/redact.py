@@ -448,27 +448,38 @@ class Redactor:
         view = _escape_view(joined)
         if len(view) < _MIN_SCAN_CHARS:
             return
+        finder = self._prefilter
+        engine, timed = 0, False
+        if finder is not None:
+            engine, timed = self._chooser.next()
+            forced = self.forced_engine
+            if forced is not None:
+                engine = forced
+        began = time.perf_counter_ns() if timed else 0
         try:
-            touched, found = self._touched(view, texts)
+            touched, found, engine = self._touched(view, texts, engine)
         except UnicodeEncodeError:
             # A lone surrogate (the decoders never hand one over): RE2 takes UTF-8 only, so
             # each text is looked at on its own, as bytes (or fails closed).
             for slot in slots:
                 self._process(slot, fired)
             return
-        if found is None:
-            for index in touched:
-                self._process(slots[index], fired)
-            return
         try:
             for index in touched:
-                # The detectors found in the segment stand for every text matched exactly
-                # as it is in it: the segment itself, and when it is JSON without an escape
-                # (a backslash: the decoded strings would differ), its strings and keys.
-                self._segment_ids = None if "\\" in texts[index] else found[index]
+                # The detectors Hyperscan found in the segment stand for every text matched
+                # exactly as it is in it: the segment itself, and when it is JSON without an
+                # escape (a backslash: the decoded strings would differ), its strings and
+                # keys. Without them each text is looked at again.
+                if found is not None and "\\" not in texts[index]:
+                    self._segment_ids = found[index]
                 self._process(slots[index], fired)
+                self._segment_ids = None
         finally:
             self._segment_ids = None
+        if timed:
+            # What the engine costs is the selection and the work it leaves: RE2 names no
+            # detectors, so each text it selects is looked at again.
+            self._chooser.record(engine, time.perf_counter_ns() - began, len(view) + 64)
 
     def _redact_recalling(self, text: str, where: str, fired: list[str]) -> str:
         """``_redact_value(text)`` at the top (a segment, or a string of a JSON document
@@ -511,25 +522,21 @@ class Redactor:
         for rule in rules:
             stats.by_rule[rule] = stats.by_rule.get(rule, 0) + 1
 
-    def _touched(self, view: str, texts: list[str]) -> tuple[list[int], dict[int, set[int]] | None]:
+    def _touched(
+        self, view: str, texts: list[str], engine: int
+    ) -> tuple[list[int], dict[int, set[int]] | None, int]:
         """The segments (indexes into ``texts``, NUL-joined as ``view``) a scan pattern hits,
         and when Hyperscan found them, the patterns that match in each (one scan of all);
         otherwise one search per such segment, resuming at the next one (text dense with
-        secrets would otherwise pay for every hit twice). Raises UnicodeEncodeError on a
-        lone surrogate.
+        secrets would otherwise pay for every hit twice); and the engine that found them.
+        Raises UnicodeEncodeError on a lone surrogate.
 
-        Two engines give the same answer: RE2's one alternation (fast on text like what it
-        has seen, slow on new tokens, which grow its DFA) and the Hyperscan prefilter (the
-        same speed on any text). Each span goes to the one measured faster per byte lately
-        (``_Chooser``), so the choice follows the traffic."""
+        Two engines give the same answer: RE2's one alternation (``engine`` 0: fast on text
+        like what it has seen, slow on new tokens, which grow its DFA) and the Hyperscan
+        prefilter (1: the same speed on any text, where it can answer). Each span goes to
+        the one measured cheaper per byte lately (``_Chooser``), so the choice follows the
+        traffic."""
         finder = self._prefilter
-        engine, timed = 0, False
-        if finder is not None:
-            engine, timed = self._chooser.next()
-            forced = self.forced_engine
-            if forced is not None:
-                engine = forced
-        began = time.perf_counter_ns() if timed else 0
         data = view.encode("utf-8")
         by_chars = len(data) == len(view)  # ASCII: byte and character offsets agree
         # Offsets in what was searched: characters, or UTF-8 bytes.
@@ -542,16 +549,14 @@ class Redactor:
             # One scan says which segments hold a match and which patterns match in each.
             found = finder.segments(data, starts, len(data) // _MAX_MATCH_DENSITY + 16)
             if found is not None:
-                if timed:
-                    self._chooser.record(1, (time.perf_counter_ns() - began) / (len(view) + 64))
-                return sorted(found), found
+                return sorted(found), found, 1
             end = finder.first_end(data)  # dense with matches: one search per segment
         else:
             engine = 0
             hit = self._scan_bytes.search(data)
             end = -1 if hit is None else hit.end()
-        if end < 0 and not timed:
-            return [], None  # the common case: nothing to look at
+        if end < 0:
+            return [], None, engine  # the common case: nothing to look at
         first_end: Callable[[int], int]
         if engine:
             assert finder is not None
@@ -564,7 +569,7 @@ class Redactor:
                 return -1 if hit is None else int(hit.end())
 
         touched: list[int] = []
-        if end >= 0 and not starts:
+        if not starts:
             offset = 0
             for text in texts:
                 starts.append(offset)
@@ -577,9 +582,7 @@ class Redactor:
                 break
             # From the separator before it, which a match may use as its left context.
             end = first_end(starts[index + 1] - 1)
-        if timed:
-            self._chooser.record(engine, (time.perf_counter_ns() - began) / (len(view) + 64))
-        return touched, None
+        return touched, None, engine
 
     def _may_hold(self, view: str) -> bool:
         """Whether any scan pattern matches ``view``."""
@@ -943,8 +946,10 @@ def _where(slot: _Slot) -> str:
 
 class _Chooser:
     """Which engine selects a span's segments (RE2 0, Hyperscan 1): the one measured cheaper
-    per byte. The engine in use is timed on every ``_MEASURE``-th span (the median of its
-    last 9, so a pause in one span does not turn the choice). Every so often the other one
+    per byte, the selection and the redaction of what it selected together (after RE2,
+    which names no detectors, each selected text is looked at again). The engine in use is
+    timed on every ``_MEASURE``-th span (the median of its last 9, so a pause in one span
+    does not turn the choice). Every so often the other one
     gets ``_BURST`` consecutive spans, timed after the first ``_BURST_WARM`` (run once among
     the other engine's spans it runs cache-cold: RE2's DFA measured 15 ns/byte on secret-free
     text that way, 2.5 in a run), and takes over when the median of those is lower. The
@@ -957,11 +962,11 @@ class _Chooser:
         self.current = 1
         self.ns_per_byte = [0.0, 0.0]
         """The latest measure of each engine: RE2, Hyperscan."""
-        self._recent = [float("inf")] * 9
+        self._recent: list[tuple[float, int]] = [(float("inf"), 1)] * 9  # (ns, bytes)
         self._spans = 0
         self._period = _FIRST_PERIOD
         self._explore_at = len(self._recent) * _MEASURE + 1  # once the one in use is measured
-        self._burst: list[float] = []
+        self._burst: list[tuple[float, int]] = []
 
     def next(self) -> tuple[int, bool]:
         """(engine, whether to time it) for the next span."""
@@ -973,13 +978,14 @@ class _Chooser:
             self._explored()
         return self.current, spans % _MEASURE == 0
 
-    def record(self, engine: int, ns_per_byte: float) -> None:
+    def record(self, engine: int, ns: float, size: int = 1) -> None:
+        """A timed span: ``ns`` for ``size`` bytes."""
         if engine != self.current:
-            self._burst.append(ns_per_byte)
+            self._burst.append((ns, size))
             return
         recent = self._recent
-        recent[self._spans // _MEASURE % len(recent)] = ns_per_byte
-        cost = self.ns_per_byte[engine] = sorted(recent)[len(recent) // 2]
+        recent[self._spans // _MEASURE % len(recent)] = (ns, size)
+        cost = self.ns_per_byte[engine] = _per_byte(recent)
         other = self.ns_per_byte[1 - engine]
         if other and cost > _CLEAR_LOSS * other and self._explore_at > self._spans:
             # The traffic changed (fresh tokens slow RE2 down): measure the other one now.
@@ -989,15 +995,24 @@ class _Chooser:
         burst, self._burst = self._burst, []
         if burst:
             other = 1 - self.current
-            cost = self.ns_per_byte[other] = sorted(burst)[len(burst) // 2]
+            cost = self.ns_per_byte[other] = _per_byte(burst)
             in_use = self.ns_per_byte[self.current]
             if cost < in_use:
                 self.current = other
-                self._recent = [cost] * len(self._recent)
+                self._recent = [(cost, 1)] * len(self._recent)
                 self._period = _FIRST_PERIOD
             elif cost > _CLEAR_LOSS * in_use:  # a close loss (RE2 still warming) is retried
                 self._period = min(self._period * 2, _MAX_PERIOD)
         self._explore_at = self._spans + self._period
+
+
+def _per_byte(timings: list[tuple[float, int]]) -> float:
+    """ns per byte over the spans timed, all bytes weighed alike (spans of one trace differ
+    in size and kind far more than the two engines do), without the dearest per byte (a
+    pause in one span does not turn the choice)."""
+    if len(timings) > 2:
+        timings = sorted(timings, key=lambda timing: timing[0] / timing[1])[:-1]
+    return sum(ns for ns, _ in timings) / sum(size for _, size in timings)
 
 
 @dataclass(frozen=True)
