@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+import orjson
 import re2
 
 from collector.model import SpanRecord, escape_surrogates
@@ -278,6 +279,7 @@ class Redactor:
         self._recalled: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
         self._recalled_chars = 0
         self._counted: list[str] | None = None  # the rules _count counted, to remember
+        self._json_floats = False  # the document being walked holds a float
         # The patterns the span's scan found in the segment being processed (_scan_slots).
         self._segment_ids: set[int] | None = None
         # A conversation repeats the same address or card in many messages: HMAC each once.
@@ -659,12 +661,15 @@ class Redactor:
                 document = _NOT_JSON  # a repr, truncated or duplicate-key JSON: text below
             if document is not _NOT_JSON:
                 before = len(fired)
-                walked = self._walk(document, where + "$", fired, depth)
+                outer, self._json_floats = self._json_floats, False
+                try:
+                    walked = self._walk(document, where + "$", fired, depth)
+                    floats = self._json_floats
+                finally:
+                    self._json_floats = outer
                 if len(fired) == before:
                     return text
-                # A lone surrogate arrived escaped ("\ud800") and leaves escaped: raw, the
-                # text would not be UTF-8 and no row could hold it.
-                return escape_surrogates(_COMPACT_JSON.encode(walked))
+                return _json_text(walked, floats)
         return self._redact_text(text, where, fired)
 
     def _walk(self, node: Any, path: str, fired: list[str], depth: int) -> Any:
@@ -715,8 +720,10 @@ class Redactor:
                 self._walk(value, f"{path}[{index}]", fired, depth + 1)
                 for index, value in enumerate(node)
             ]
-        if isinstance(node, float) and node.is_integer() and abs(node) >= 1e12:
-            node = int(node)  # a card number sent as 4111111111111111.0
+        if isinstance(node, float):
+            self._json_floats = True
+            if node.is_integer() and abs(node) >= 1e12:
+                node = int(node)  # a card number sent as 4111111111111111.0
         if isinstance(node, int) and not isinstance(node, bool) and node >= 10**12:
             as_text = str(node)  # not as the document has it (4.1e15): no segment's text
             hinted, self._segment_ids = self._segment_ids, None
@@ -1065,6 +1072,20 @@ _STRICT_JSON = json.JSONDecoder(object_pairs_hook=_no_duplicates)
 _COMPACT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _AUTH_SCHEME = re.compile(r"(?i)^(?:bearer|basic|token|digest|apikey)\s+")
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+def _json_text(document: Any, floats: bool) -> str:
+    """A walked document written again, compact, as ``_COMPACT_JSON`` writes it: by orjson
+    (~10x faster, the same text) unless it holds a float (Python writes ``1e-07``, orjson
+    ``1e-7``), an integer beyond 64 bits or a lone surrogate (orjson refuses both)."""
+    if not floats:
+        try:
+            return orjson.dumps(document).decode()
+        except TypeError:
+            pass
+    # A lone surrogate arrived escaped ("\ud800") and leaves escaped: raw, the text would
+    # not be UTF-8 and no row could hold it.
+    return escape_surrogates(_COMPACT_JSON.encode(document))
 
 
 def _percent_decoded(text: str) -> str | None:

@@ -779,3 +779,33 @@ def test_a_message_resent_in_each_model_call_is_redacted_once(
             "attr.llm.input_messages.0.message.content:email",
         ]
     assert redactor.stats.by_rule == {"email": 6}
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.text(st.characters(codec=None, blacklist_categories=()), max_size=12),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@given(_JSON_VALUES)
+@settings(max_examples=300, deadline=None)
+def test_a_redacted_document_is_written_as_the_json_module_writes_it(document: Any) -> None:
+    """Redacted JSON is written by orjson when it can (~10x faster): the same text as the
+    json module's compact form, lone surrogates escaped, integers beyond 64 bits kept."""
+    expected = redact_module.escape_surrogates(redact_module._COMPACT_JSON.encode(document))
+    assert redact_module._json_text(document, floats=False) == expected
+
+
+def test_a_redacted_document_keeps_its_numbers_as_written_before(redactor: Redactor) -> None:
+    """Floats are written by the json module (orjson writes 1e-7 where it writes 1e-07), so
+    a document's numbers read the same after a secret in it was replaced."""
+    record = span(input=json.dumps({"password": "hunter2", "tiny": 1e-7, "x": 0.5, "n": 3}))
+    redactor([record])
+    assert record.input.endswith('"tiny":1e-07,"x":0.5,"n":3}')
+    assert "hunter2" not in record.input
