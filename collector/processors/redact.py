@@ -271,6 +271,7 @@ class Redactor:
         self.forced_engine: int | None = None
         """Selection by RE2 (0) or Hyperscan (1) on every span, not the faster: for tests."""
         self._key_classes: dict[str, tuple[int, bool]] = {}
+        self._sensitive_keys: dict[str, bool] = {}  # JSON keys and pair names: _secret_value
         self._plain_keys: set[str] = set()  # classified keys that cannot hold a secret
         self._decode_depth = 0  # how many encodings (percent, base64) the text is inside
         self._clean: set[str] = set()  # short texts (JSON strings, keys, values) that hold nothing
@@ -761,11 +762,17 @@ class Redactor:
     def _secret_value(self, key: str, value: Any) -> bool:
         """A value under a sensitive key is replaced whatever it looks like (unless empty or
         explicitly allowed)."""
-        if value in (None, "", [], {}) or key in self.config.allow_keys:
+        sensitive = self._sensitive_keys.get(key)
+        if sensitive is None:  # every key of every document comes here: once per key
+            if len(self._sensitive_keys) > 65_536:
+                self._sensitive_keys.clear()
+            sensitive = self._sensitive_keys[key] = (
+                key not in self.config.allow_keys
+                and is_sensitive_key(_named(key), self._extra_keys)
+            )
+        if not sensitive or value is None or value == "" or value == [] or value == {}:
             return False
-        if isinstance(value, str) and value in self.config.allow_values:
-            return False
-        return is_sensitive_key(_named(key), self._extra_keys)
+        return not (isinstance(value, str) and value in self.config.allow_values)
 
     def _redact_text(self, text: str, where: str, fired: list[str]) -> str:
         if "%" not in text or self._decode_depth >= _MAX_DECODE_DEPTH:
