@@ -235,25 +235,35 @@ def _trace(
                 attributes.append(_kv("afr.error.data", _tool_error(rng)))
         else:
             attributes.append(_kv("afr.note", _text(rng, body_size, secret_every_bytes)))
-        status = (
-            trace_pb2.Status(code=trace_pb2.Status.STATUS_CODE_ERROR, message="Error running tool")
-            if kind == "function"
-            else trace_pb2.Status()
-        )
-        spans.append(
-            trace_pb2.Span(
-                trace_id=trace_id,
-                span_id=ids[index],
-                parent_span_id=b"" if parent is None else ids[parent],
-                name=name,
-                kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
-                start_time_unix_nano=start_ns + index * 1_000_000,
-                end_time_unix_nano=start_ns + index * 1_000_000 + 500_000,
-                attributes=attributes,
-                status=status,
-            )
-        )
+        error = "Error running tool" if kind == "function" else ""
+        spans.append(_span(trace_id, ids, index, parent, name, start_ns, attributes, error))
     return spans
+
+
+def _span(
+    trace_id: bytes,
+    ids: list[bytes],
+    index: int,
+    parent: int | None,
+    name: str,
+    start_ns: int,
+    attributes: list[common_pb2.KeyValue],
+    error: str,
+) -> trace_pb2.Span:
+    """Span ``index`` of a trace (1 ms apart, 0.5 ms long), failed with ``error`` if any."""
+    return trace_pb2.Span(
+        trace_id=trace_id,
+        span_id=ids[index],
+        parent_span_id=b"" if parent is None else ids[parent],
+        name=name,
+        kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
+        start_time_unix_nano=start_ns + index * 1_000_000,
+        end_time_unix_nano=start_ns + index * 1_000_000 + 500_000,
+        attributes=attributes,
+        status=trace_pb2.Status(code=trace_pb2.Status.STATUS_CODE_ERROR, message=error)
+        if error
+        else trace_pb2.Status(),
+    )
 
 
 _TRIAGE_INSTRUCTIONS = (
@@ -395,6 +405,21 @@ def _llm_attributes(
     return attributes
 
 
+def _function_call(
+    name: str, label: str, arguments: str, span_id: bytes, output: str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """A Responses API function call item (``call_<label>_<span id>``) and its output's."""
+    call = {
+        "arguments": arguments,
+        "call_id": f"call_{label}_{span_id.hex()}",
+        "name": name,
+        "type": "function_call",
+        "id": "fc_" + span_id.hex(),
+        "status": "completed",
+    }
+    return call, {"call_id": call["call_id"], "output": output, "type": "function_call_output"}
+
+
 def _openinference_trace(
     rng: random.Random, start_ns: int, secret_every_bytes: int = 0
 ) -> list[trace_pb2.Span]:
@@ -411,32 +436,16 @@ def _openinference_trace(
     note = _text(rng, rng.randint(700, 1500), every, rng.randrange(every) if every else 0)
     answer = _text(rng, 400)
     user = {"content": message, "role": "user"}
-    handoff_call = {
-        "arguments": "{}",
-        "call_id": "call_handoff_" + ids[3].hex(),
-        "name": "transfer_to_refund_agent",
-        "type": "function_call",
-        "id": "fc_" + ids[3].hex(),
-        "status": "completed",
-    }
-    handoff_output = {
-        "call_id": handoff_call["call_id"],
-        "output": '{"assistant": "Refund Agent"}',
-        "type": "function_call_output",
-    }
-    refund_call = {
-        "arguments": json.dumps({"order_id": "A-1001", "amount": "12.OO", "note": note}),
-        "call_id": "call_refund_" + ids[6].hex(),
-        "name": "refund_order",
-        "type": "function_call",
-        "id": "fc_" + ids[6].hex(),
-        "status": "completed",
-    }
-    refund_output = {
-        "call_id": refund_call["call_id"],
-        "output": "An error occurred while running the tool. Please try again.",
-        "type": "function_call_output",
-    }
+    handoff_call, handoff_output = _function_call(
+        "transfer_to_refund_agent", "handoff", "{}", ids[3], '{"assistant": "Refund Agent"}'
+    )
+    refund_call, refund_output = _function_call(
+        "refund_order",
+        "refund",
+        json.dumps({"order_id": "A-1001", "amount": "12.OO", "note": note}),
+        ids[6],
+        "An error occurred while running the tool. Please try again.",
+    )
     final = {
         "id": "msg_" + ids[8].hex(),
         "content": [{"annotations": [], "text": answer, "type": "output_text"}],
@@ -517,28 +526,19 @@ def _openinference_trace(
             ),
         ),
     ]
-    spans = []
-    for index, (name, parent, attributes) in enumerate(shape):
-        failed = name == "refund_order"
-        spans.append(
-            trace_pb2.Span(
-                trace_id=trace_id,
-                span_id=ids[index],
-                parent_span_id=b"" if parent is None else ids[parent],
-                name=name,
-                kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
-                start_time_unix_nano=start_ns + index * 1_000_000,
-                end_time_unix_nano=start_ns + index * 1_000_000 + 500_000,
-                attributes=attributes,
-                status=trace_pb2.Status(
-                    code=trace_pb2.Status.STATUS_CODE_ERROR,
-                    message="Error running tool (non-fatal)",
-                )
-                if failed
-                else trace_pb2.Status(),
-            )
+    return [
+        _span(
+            trace_id,
+            ids,
+            index,
+            parent,
+            name,
+            start_ns,
+            attributes,
+            "Error running tool (non-fatal)" if name == "refund_order" else "",
         )
-    return spans
+        for index, (name, parent, attributes) in enumerate(shape)
+    ]
 
 
 _SCOPES = {"afr": "afr.exporter", "openinference": "openinference.instrumentation.openai_agents"}

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from bench.collector_bench import make_requests
 from collector.decode import decode_protobuf, to_records
-from collector.model import SpanRecord
+from collector.model import SpanRecord, escape_surrogates
 from collector.processors import prefilter
 from collector.processors import redact as redact_module
 from collector.processors.redact import FAILED_SENTINEL, Redactor
@@ -586,19 +586,25 @@ def _trace_span(trace_id: str, note: str = "refund the order") -> SpanRecord:
     return record
 
 
+def _texts_passed_to(redactor: Redactor, method: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The texts the redactor's real ``method`` is called with from now on, in order."""
+    texts: list[str] = []
+    real = getattr(redactor, method)
+
+    def counting(text: str, *args: Any, **kwargs: Any) -> str:
+        texts.append(text)
+        return str(real(text, *args, **kwargs))
+
+    monkeypatch.setattr(redactor, method, counting)
+    return texts
+
+
 def test_a_value_seen_clean_is_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """An SDK trace id (``trace_`` and 32 hex digits: a run the base64 selection looks at)
     rides on every span of a trace: it is looked at once, and stored as it came."""
     redactor = Redactor(KEY)
     trace_id = "trace_" + "5a67036f9b540d6b" * 2
-    scanned: list[str] = []
-    scan = redactor._redact_value
-
-    def counting(text: str, *args: Any, **kwargs: Any) -> str:
-        scanned.append(text)
-        return scan(text, *args, **kwargs)
-
-    monkeypatch.setattr(redactor, "_redact_value", counting)
+    scanned = _texts_passed_to(redactor, "_redact_value", monkeypatch)
     spans = [_trace_span(trace_id) for _ in range(9)]
     redactor(spans)
     assert [s.span_attributes["afr.sdk.trace_id"] for s in spans] == [trace_id] * 9
@@ -762,14 +768,7 @@ def test_a_message_resent_in_each_model_call_is_redacted_once(
             )
         )
     redactor = Redactor(KEY)
-    scanned: list[str] = []
-    scan = redactor._redact_text
-
-    def counting(text: str, *args: Any, **kwargs: Any) -> str:
-        scanned.append(text)
-        return scan(text, *args, **kwargs)
-
-    monkeypatch.setattr(redactor, "_redact_text", counting)
+    scanned = _texts_passed_to(redactor, "_redact_text", monkeypatch)
     redactor(spans)
     assert scanned.count(message) == 1
     for record in spans:
@@ -798,7 +797,7 @@ _JSON_VALUES = st.recursive(
 def test_a_redacted_document_is_written_as_the_json_module_writes_it(document: Any) -> None:
     """Redacted JSON is written by orjson when it can (~10x faster): the same text as the
     json module's compact form, lone surrogates escaped, integers beyond 64 bits kept."""
-    expected = redact_module.escape_surrogates(redact_module._COMPACT_JSON.encode(document))
+    expected = escape_surrogates(redact_module._COMPACT_JSON.encode(document))
     assert redact_module._json_text(document, floats=False) == expected
 
 
