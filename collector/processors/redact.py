@@ -76,7 +76,8 @@ _CLEAN_MAX_CHARS = 256
 # What became of a segment's text, for the same text in a later segment: an agent's spans
 # repeat its conversation (each model call's input holds every message before it), so
 # most of a run's text arrives several times. Texts from this long, up to this many
-# characters held (texts and results), then forgotten all at once.
+# characters held (texts and results; one text and its result at most a 16th of it), then
+# forgotten all at once.
 _RECALL_MIN_CHARS = 64
 _RECALL_MAX_CHARS = 1 << 20
 # A JSON string inside a JSON string: an escaped backslash before a quote or a backslash.
@@ -510,11 +511,14 @@ class Redactor:
             relative = tuple(entry.removeprefix(where) for entry in fired[before:])
             if any(len(r) == len(e) for r, e in zip(relative, fired[before:], strict=True)):
                 return value  # an entry under another label (escaped again): not to repeat
-        if self._recalled_chars > _RECALL_MAX_CHARS:
+        size = len(text) + (0 if value is text else len(value))
+        if size > _RECALL_MAX_CHARS // 16:
+            return value  # one text does not take the memory of many (nor keep it alive)
+        if self._recalled_chars + size > _RECALL_MAX_CHARS:
             self._recalled.clear()
             self._recalled_chars = 0
         self._recalled[text] = (value, relative, tuple(counted))
-        self._recalled_chars += len(text) + (0 if value is text else len(value))
+        self._recalled_chars += size
         return value
 
     def _recount(self, rules: tuple[str, ...]) -> None:

@@ -808,3 +808,16 @@ def test_a_redacted_document_keeps_its_numbers_as_written_before(redactor: Redac
     redactor([record])
     assert record.input.endswith('"tiny":1e-07,"x":0.5,"n":3}')
     assert "hunter2" not in record.input
+
+
+def test_what_the_redactor_recalls_is_bounded() -> None:
+    """Bounded memory under any traffic: the texts kept for recall (and what they became)
+    stay under the limit, and one large text is not kept at all (nor kept alive)."""
+    redactor = Redactor(KEY)
+    large = f"mail {EMAIL} " + "words " * 20_000
+    texts = [f"note {n}: write to {EMAIL} " + "refund " * 500 for n in range(400)]
+    redactor([span_record(span_attributes={"note": text}) for text in [large, *texts]])
+    held = sum(len(text) + len(value) for text, (value, _, _) in redactor._recalled.items())
+    assert held <= redact_module._RECALL_MAX_CHARS
+    assert large not in redactor._recalled
+    assert texts[-1] in redactor._recalled  # the newest are the ones kept
