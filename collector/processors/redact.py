@@ -276,8 +276,8 @@ class Redactor:
         self._plain_keys: set[str] = set()  # classified keys that cannot hold a secret
         self._decode_depth = 0  # how many encodings (percent, base64) the text is inside
         self._clean: set[str] = set()  # short texts (JSON strings, keys, values) that hold nothing
-        # A segment's text -> (what it became, its Redactions entries after the segment's
-        # label, the rule of each count it made): _recall, _remember.
+        # A text -> (what it became, its Redactions entries after the text's label, the rule
+        # of each count it made): _redact_recalling.
         self._recalled: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
         self._recalled_chars = 0
         self._counted: list[str] | None = None  # the rules _count counted, to remember
@@ -474,10 +474,10 @@ class Redactor:
                 # exactly as it is in it: the segment itself, and when it is JSON without an
                 # escape (a backslash: the decoded strings would differ), its strings and
                 # keys. Without them each text is looked at again.
-                if found is not None and "\\" not in texts[index]:
-                    self._segment_ids = found[index]
+                self._segment_ids = (
+                    found[index] if found is not None and "\\" not in texts[index] else None
+                )
                 self._process(slots[index], fired)
-                self._segment_ids = None
         finally:
             self._segment_ids = None
         if timed:
@@ -498,7 +498,8 @@ class Redactor:
                 self._recount(rules)
             return value
         before = len(fired)
-        outer, counted = self._counted, list[str]()
+        outer = self._counted
+        counted: list[str] = []
         self._counted = counted
         try:
             value = self._redact_value(text, where, fired)
@@ -642,7 +643,7 @@ class Redactor:
             if len(text) <= _CLEAN_MAX_CHARS and text in self._clean:
                 return  # seen before, and it held nothing (an SDK trace id on every span)
             before = len(fired)
-            if len(text) >= _RECALL_MIN_CHARS and text.lstrip()[:1] not in ("{", "["):
+            if _recallable(text):
                 value = self._redact_recalling(text, where, fired)
             else:  # (a JSON document: its strings are recalled as it is walked)
                 value = self._redact_value(text, where, fired)
@@ -683,13 +684,8 @@ class Redactor:
         if isinstance(node, str):
             if len(node) < _MIN_SCAN_CHARS or node in self._clean:
                 return node
-            if (
-                len(node) >= _RECALL_MIN_CHARS
-                and self._decode_depth == 0
-                and node.lstrip()[:1] not in ("{", "[")
-            ):
+            if self._decode_depth == 0 and _recallable(node):
                 # A message again, in the next model call's input: its outcome is known.
-                # (Not JSON, whose outcome depends on how deep it is: too deep to walk.)
                 return self._remember_clean(node, self._redact_recalling(node, path, fired))
             # JSON inside JSON (a tool call's arguments inside a message) is walked too.
             return self._remember_clean(node, self._redact_value(node, path, fired, depth + 1))
@@ -952,6 +948,13 @@ class Redactor:
         self.stats.by_rule[rule] = self.stats.by_rule.get(rule, 0) + 1
 
 
+def _recallable(text: str) -> bool:
+    """Whether what redaction makes of ``text`` (at the top, outside any encoding) is kept
+    for its next coming: not short, not JSON (whose outcome depends on how deep it sits:
+    too deep to walk at one depth and not at another)."""
+    return len(text) >= _RECALL_MIN_CHARS and text.lstrip()[:1] not in ("{", "[")
+
+
 def _where(slot: _Slot) -> str:
     """The label of a slot's text in ``Redactions`` (a JSON path inside it follows)."""
     prefix, _, key, _ = slot
@@ -966,15 +969,14 @@ class _Chooser:
     """Which engine selects a span's segments (RE2 0, Hyperscan 1): the one measured cheaper
     per byte, the selection and the redaction of what it selected together (after RE2,
     which names no detectors, each selected text is looked at again). The engine in use is
-    timed on every ``_MEASURE``-th span (the median of its last 9, so a pause in one span
-    does not turn the choice). Every so often the other one
-    gets ``_BURST`` consecutive spans, timed after the first ``_BURST_WARM`` (run once among
-    the other engine's spans it runs cache-cold: RE2's DFA measured 15 ns/byte on secret-free
-    text that way, 2.5 in a run), and takes over when the median of those is lower. The
-    period doubles while it loses clearly, so a much slower engine costs about 1% more, and
-    stays while it loses narrowly (RE2 warms up over its first bursts). When the engine in
-    use turns clearly dearer than the other was last measured (the traffic changed), the
-    other is measured at once."""
+    timed on every ``_MEASURE``-th span (its last 9 together, ``_per_byte``). Every so often
+    the other one gets ``_BURST`` consecutive spans, timed after the first ``_BURST_WARM``
+    (run once among the other engine's spans it runs cache-cold: RE2's DFA measured 15
+    ns/byte on secret-free text that way, 2.5 in a run), and takes over when those cost less
+    per byte. The period doubles while it loses clearly, so a much slower engine costs
+    about 1% more, and stays while it loses narrowly (RE2 warms up over its first bursts).
+    When the engine in use turns clearly dearer than the other was last measured (the
+    traffic changed), the other is measured at once."""
 
     def __init__(self) -> None:
         self.current = 1
