@@ -541,3 +541,28 @@ def test_the_builtin_detectors_heads_compile_together() -> None:
 @pytest.mark.parametrize("expression", [rb"ab[c", rb"(ab", rb"\x{41"])
 def test_a_pattern_the_cut_cannot_read_is_scanned_whole(expression: bytes) -> None:
     assert prefilter._head_or_whole(expression) == expression
+
+
+@pytest.mark.parametrize("engine", [1, 0])
+def test_a_segment_with_escapes_lends_its_detectors_only_to_texts_it_holds_byte_for_byte(
+    engine: int,
+) -> None:
+    """The detectors a segment's scan found stand for a decoded string of it only when the
+    string is there byte for byte: in JSON inside JSON (an escaped quote everywhere) a plain
+    string is, one written with \\u escapes or \\/ is not, and is looked at on its own."""
+    email = "jane.roe@mail.example"  # written with escapes only: its detector is not found
+    hidden = "".join(f"\\u{ord(c):04x}" for c in email)
+    key = "sk-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
+    arguments = json.dumps({"note": "refund the order", "key": key})
+    document = (
+        f'{{"arguments": {json.dumps(arguments)}, "hidden": "{hidden}",'
+        f' "url": "https:\\/\\/bob:{key}@db:5432\\/x"}}'
+    )
+    record = span_record()
+    record.span_attributes["input.value"] = document
+    _forced(engine)([record])
+    stored = record.span_attributes["input.value"]
+    decoded = json.loads(stored)
+    assert email not in decoded["hidden"]  # no e-mail in the segment as its bytes are
+    assert key not in stored and key not in json.loads(decoded["arguments"])["key"]
+    assert key not in decoded["url"]
