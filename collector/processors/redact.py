@@ -89,6 +89,10 @@ _BURST_WARM = 8  # the first of them are not timed: it is cache-cold then
 _FIRST_PERIOD = 512  # spans between two measures of the other engine, doubled while it
 _MAX_PERIOD = 16_384  # loses by more than _CLEAR_LOSS (to this), reset when it wins
 _CLEAR_LOSS = 1.5
+# The other engine takes over when two bursts in a row cost less than this fraction of the
+# one in use: a burst's 16 spans are not the spans the one in use was timed on, and one
+# burst's measure was seen 2.5x off (RE2 at 16 ns per byte where it costs ~2x Hyperscan).
+_CLEAR_WIN = 0.8
 # More matches than one per this many bytes: the segments are found one search at a time.
 _MAX_MATCH_DENSITY = 16
 _MIN_SCAN_CHARS = 6  # shorter than the shortest thing any detector matches ("a@b.co")
@@ -980,9 +984,10 @@ class _Chooser:
     timed on every ``_MEASURE``-th span (its last 9 together, ``_per_byte``). Every so often
     the other one gets ``_BURST`` consecutive spans, timed after the first ``_BURST_WARM``
     (run once among the other engine's spans it runs cache-cold: RE2's DFA measured 15
-    ns/byte on secret-free text that way, 2.5 in a run), and takes over when those cost less
-    per byte. The period doubles while it loses clearly, so a much slower engine costs
-    about 1% more, and stays while it loses narrowly (RE2 warms up over its first bursts).
+    ns/byte on secret-free text that way, 2.5 in a run), and takes over when those and a
+    second burst's, run at once, cost clearly less per byte (``_CLEAR_WIN``). The period
+    doubles while it loses clearly, so a much slower engine costs about 1% more, and stays
+    while it loses narrowly (RE2 warms up over its first bursts).
     When the engine in use turns clearly dearer than the other was last measured (the
     traffic changed), the other is measured at once."""
 
@@ -995,6 +1000,7 @@ class _Chooser:
         self._period = _FIRST_PERIOD
         self._explore_at = len(self._recent) * _MEASURE + 1  # once the one in use is measured
         self._burst: list[tuple[float, int]] = []
+        self._confirming = False  # the burst running confirms a clear win of the one before
 
     def next(self) -> tuple[int, bool]:
         """(engine, whether to time it) for the next span."""
@@ -1004,6 +1010,8 @@ class _Chooser:
             return 1 - self.current, phase >= _BURST_WARM
         if phase == _BURST:
             self._explored()
+            if self._confirming:  # this span begins the second burst
+                return 1 - self.current, False
         return self.current, spans % _MEASURE == 0
 
     def record(self, engine: int, ns: float, size: int = 1) -> None:
@@ -1025,12 +1033,19 @@ class _Chooser:
             other = 1 - self.current
             cost = self.ns_per_byte[other] = _per_byte(burst)
             in_use = self.ns_per_byte[self.current]
-            if cost < in_use:
+            if cost < _CLEAR_WIN * in_use and not self._confirming:
+                # A clear win is measured again at once, its spans and the next burst's
+                # together, before the other engine takes over.
+                self._confirming, self._burst = True, burst
+                self._explore_at = self._spans
+                return
+            if cost < _CLEAR_WIN * in_use:
                 self.current = other
                 self._recent = [(cost, 1)] * len(self._recent)
                 self._period = _FIRST_PERIOD
             elif cost > _CLEAR_LOSS * in_use:  # a close loss (RE2 still warming) is retried
                 self._period = min(self._period * 2, _MAX_PERIOD)
+        self._confirming = False
         self._explore_at = self._spans + self._period
 
 
