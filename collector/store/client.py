@@ -7,12 +7,13 @@ thread and the read API share it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
 import threading
+import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from afr_common.prices import Rates
@@ -86,6 +87,28 @@ def tune_embedded_allocator() -> None:
         os.environ.setdefault("JE_MALLOC_CONF", EMBEDDED_JEMALLOC_CONF)
 
 
+def _now() -> str:
+    """Now for a ``DateTime64(3)`` column, in any time zone: Unix seconds as text."""
+    return f"{time.time():.3f}"
+
+
+def _import_chdb_without_arrow() -> None:
+    """Imports chDB (and what ``chdb.connect`` imports) without its optional Arrow support,
+    unless pyarrow is in use already. chDB imports pyarrow, and pyarrow NumPy, when they are
+    installed (chDB requires them): 42 MiB of every collector process for result formats
+    the store never asks for (clickhouse-connect reads Native). Code that imports pyarrow
+    later gets it."""
+    hidden = "chdb" not in sys.modules and "pyarrow" not in sys.modules
+    if hidden:
+        # (None in sys.modules: ``import pyarrow`` raises ImportError)
+        sys.modules["pyarrow"] = None  # type: ignore[assignment]
+    try:
+        import chdb.state  # noqa: F401
+    finally:
+        if hidden:
+            del sys.modules["pyarrow"]
+
+
 class ClickHouseStore:
     def __init__(
         self,
@@ -104,7 +127,7 @@ class ClickHouseStore:
         if dsn.startswith("chdb:"):
             tune_embedded_allocator()
             try:
-                import chdb  # noqa: F401  (clickhouse-connect's chdb client imports it)
+                _import_chdb_without_arrow()
             except ImportError:
                 raise EmbeddedStoreMissing(
                     "the embedded store needs chDB: pip install 'afr-server[embedded]',"
@@ -143,10 +166,10 @@ class ClickHouseStore:
                     continue
                 for statement in migration.statements:
                     self._client.command(statement.replace("{db}", db))
-                self._client.insert(
+                self._insert_json(
                     f"{db}.{MIGRATIONS_TABLE}",
-                    [[migration.version, migration.description, datetime.now(UTC)]],
-                    column_names=["Version", "Description", "AppliedAt"],
+                    ["Version", "Description", "AppliedAt"],
+                    [[migration.version, migration.description, _now()]],
                 )
                 applied.append(migration.version)
             self._apply_ttl()
@@ -210,17 +233,20 @@ class ClickHouseStore:
         """Adds (or replaces) the prices of these models in ``model_prices``."""
         if not prices:
             return
-        now = datetime.now(UTC)
+        now = _now()
         rows = [
             [model, r.input, r.output, r.cache_read, r.cache_write, r.reasoning, r.source, now]
             for model, r in sorted(prices.items())
         ]
         with self._lock:
-            self._client.insert(
-                f"{self.database}.{MODEL_PRICES_TABLE}",
-                rows,
-                column_names=list(_PRICE_COLUMNS),
-            )
+            self._insert_json(f"{self.database}.{MODEL_PRICES_TABLE}", list(_PRICE_COLUMNS), rows)
+
+    def _insert_json(self, table: str, columns: list[str], rows: list[list[Any]]) -> None:
+        """Rows as JSON text, parsed by ClickHouse. (clickhouse-connect's ``insert`` of
+        Python rows imports pandas, NumPy and pyarrow to ask whether they are frames: 91
+        MiB of the collector process.)"""
+        body = "\n".join(json.dumps(row) for row in rows).encode()
+        self._client.raw_insert(table, columns, insert_block=body, fmt="JSONCompactEachRow")
 
     def stored_models(self, timeout_s: float = 30.0) -> list[str]:
         """The models of the model calls the store holds (what ``model_prices`` should price)."""

@@ -106,10 +106,20 @@ def durability_settings(flag: int) -> str:
     )
 
 
-PART_FORMAT_SETTINGS = "min_bytes_for_wide_part = 268435456"
-"""An insert's part is compact (a handful of files) and only a merged part past 256 MiB is
-wide (two files per column and subcolumn: 227 for the spans table): ADR 43. Creating and
-fsyncing the wide part's files was most of an insert's cost."""
+WIDE_PART_BYTES = 48 * 1024 * 1024
+"""An insert's part (at most ``batch_max_bytes``, 32 MiB of rows by default: 26-30 MB in
+columns) is compact; a merged part past this is wide, and merged column by column."""
+
+PART_FORMAT_SETTINGS = (
+    f"min_bytes_for_wide_part = {WIDE_PART_BYTES}, "
+    "vertical_merge_algorithm_min_rows_to_activate = 1"
+)
+"""An insert's part is compact (a handful of files: ADR 43, creating and fsyncing a wide
+part's 227 files was most of an insert's cost). A merge into a part past
+``WIDE_PART_BYTES`` writes a wide part, one column at a time (ClickHouse merges vertically
+only into a wide part, and by default only past 131,072 rows): merging compact parts
+whole held ~1.3x their bytes in memory (207 MiB for six inserts' 157 MB), and the merges
+were the collector's memory peaks (ADR 46)."""
 
 _FSYNC = durability_settings(1)
 

@@ -188,8 +188,9 @@ def test_the_sharded_tables_fsync_and_write_compact_parts_like_one_node(engine: 
 
     for table in SHARDED_TABLES:
         single, clustered = engine_full(SINGLE, table), engine_full(CLUSTERED, table + LOCAL_SUFFIX)
-        assert "min_bytes_for_wide_part = 268435456" in single, table
-        assert "min_bytes_for_wide_part = 268435456" in clustered, table
+        for setting in ("min_bytes_for_wide_part = 50331648", "min_rows_to_activate = 1"):
+            assert setting in single, (table, setting)
+            assert setting in clustered, (table, setting)
         assert "fsync_after_insert = 1" in clustered, table
 
 
