@@ -20,7 +20,8 @@ secret-free one, and the realistic one (a fresh e-mail, phone number, key or IP 
 then the secret-free corpus at half the saturation rate (p50/p99 export latency), redaction
 off, a stability run on the realistic corpus (``AFR_BENCH_STABILITY_S``, default 300 s, in
 30 s windows, each with the collector's and the workers' CPU per span, which tell a store
-slowing down from a machine slowing down; 0 skips it), and redaction MB/s in process.
+slowing down from a machine slowing down, and the peak RSS so far; 0 skips it), and
+redaction MB/s in process.
 """
 
 from __future__ import annotations
@@ -802,6 +803,9 @@ def run_stability(seconds: float, window_s: float = 30.0) -> list[dict[str, floa
                     / sent
                     * 1e6,
                     "workers_cpu_us_per_span": (_cpu_s(workers) - workers_cpu) / sent * 1e6,
+                    # Peak RSS so far: the merges grow with the data.
+                    "collector_peak_rss_mib": _peak_rss_mib(process.pid),
+                    "workers_peak_rss_mib": sum(_peak_rss_mib(w) for w in workers),
                 }
             )
     return windows
@@ -968,9 +972,12 @@ def _stability(windows: list[dict[str, float]]) -> str:
         trend = (sum(last) / len(last)) / (sum(first) / len(first))
         return f"{min(values):,.0f}-{max(values):,.0f} (last third / first {trend:.2f}x)"
 
+    last = windows[-1]
     return (
         f"{spread('spans_per_s')} spans/s; CPU µs per span: collector "
-        f"{spread('collector_cpu_us_per_span')}, workers {spread('workers_cpu_us_per_span')}"
+        f"{spread('collector_cpu_us_per_span')}, workers {spread('workers_cpu_us_per_span')}; "
+        f"peak RSS collector {last['collector_peak_rss_mib']:.0f} MiB + workers "
+        f"{last['workers_peak_rss_mib']:.0f} MiB"
     )
 
 
