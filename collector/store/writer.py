@@ -16,9 +16,12 @@ itself unhealthy on ``/healthz`` and retries.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from collector.log_model import LOGS_PREFIX, is_log_payload
 from collector.store.client import SpanStore
@@ -30,6 +33,27 @@ __all__ = ["BatchWriter"]
 logger = logging.getLogger("afr.collector.writer")
 
 _MAX_BACKOFF_S = 5.0
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+_TRIM = _malloc_trim()
+"""Called after each insert: the freed pages of glibc's heaps go back to the system. An
+insert's body (up to ``batch_max_bytes``) and the rows it was joined from are freed in the
+middle of heaps the receiver threads keep allocating in, where glibc does not return them
+on its own. Through ``afr up`` at saturation (realistic OpenInference traces, five runs
+each, in turn with the commit before): the collector's peak RSS 22-106 MiB lower, the same
+throughput within the noise; a trim takes ~7 ms (at most ~15) of the writer's thread per
+insert, about one a second, outside the GIL (ADR 46)."""
 
 
 class BatchWriter:
@@ -123,7 +147,10 @@ class BatchWriter:
                 # last insert waits for the interval (or for a full batch) instead of going
                 # in at once as a small insert. Small inserts made small parts: four times
                 # the parts, files and merges for the same rows (ADR 43).
+                inserts = self.inserts
                 ok = self.insert_ready()
+                if _TRIM is not None and self.inserts != inserts:
+                    _TRIM(0)
             except Exception as exc:  # never die: a dead writer fills the log, then refuses all
                 ok = False
                 self.loop_errors += 1

@@ -9,7 +9,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from collector.model import SpanRecord, encode_rows
+from collector.store import writer as writer_module
 from collector.store.client import ClickHouseStore
 from collector.store.wal import Batch, WriteAheadLog
 from collector.store.writer import BatchWriter
@@ -119,5 +122,39 @@ def test_a_backlog_goes_in_full_batches_back_to_back_and_the_rest_waits(
         "AND table = 'otel_traces' AND active"
     )
     assert parts == [("Compact",)], "an insert's part is one data file, not two per column"
+    wal.close()
+    recording.close()
+
+
+def test_freed_memory_goes_back_to_the_system_after_each_insert(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An insert's body (up to 32 MiB) is freed in the middle of glibc's heaps, which the
+    receiver threads keep growing: the writer trims them after each insert that went in
+    (ADR 46), and not on a wake-up that inserted nothing."""
+    assert writer_module._TRIM is not None, "glibc's malloc_trim is found on this machine"
+    trims: list[int] = []
+
+    def trim(pad: int) -> int:
+        trims.append(pad)
+        return 1
+
+    monkeypatch.setattr(writer_module, "_TRIM", trim)
+    rows = _Rows()
+    recording, wal = _setup(tmp_path)
+    writer = BatchWriter(recording, wal, max_rows=100, interval_s=0.05)
+    writer.start()
+    try:
+        _append(wal, rows.take(100))
+        wait_until(lambda: len(trims) >= 1 or None, timeout_s=30, what="a trim after an insert")
+        _append(wal, rows.take(100))
+        wait_until(lambda: len(trims) >= 2 or None, timeout_s=30, what="one after the next")
+        assert writer.inserts == 2
+        for _ in range(5):  # the writer's wake-ups with nothing to insert
+            wal.wait_ready(100, 0.05)
+        assert trims == [0, 0]
+    finally:
+        assert writer.stop()
+    assert recording.sizes == [100, 100]
     wal.close()
     recording.close()
