@@ -984,8 +984,8 @@ class _Chooser:
     timed on every ``_MEASURE``-th span (its last 9 together, ``_per_byte``). Every so often
     the other one gets ``_BURST`` consecutive spans, timed after the first ``_BURST_WARM``
     (run once among the other engine's spans it runs cache-cold: RE2's DFA measured 15
-    ns/byte on secret-free text that way, 2.5 in a run), and takes over when those and a
-    second burst's, run at once, cost clearly less per byte (``_CLEAR_WIN``). The period
+    ns/byte on secret-free text that way, 2.5 in a run), and takes over when those, and a
+    second burst's run at once, each cost clearly less per byte (``_CLEAR_WIN``). The period
     doubles while it loses clearly, so a much slower engine costs about 1% more, and stays
     while it loses narrowly (RE2 warms up over its first bursts).
     When the engine in use turns clearly dearer than the other was last measured (the
@@ -1000,7 +1000,8 @@ class _Chooser:
         self._period = _FIRST_PERIOD
         self._explore_at = len(self._recent) * _MEASURE + 1  # once the one in use is measured
         self._burst: list[tuple[float, int]] = []
-        self._confirming = False  # the burst running confirms a clear win of the one before
+        self._first: float | None = None
+        """The cost of a burst that won clearly, while the burst after it confirms it."""
 
     def next(self) -> tuple[int, bool]:
         """(engine, whether to time it) for the next span."""
@@ -1010,7 +1011,7 @@ class _Chooser:
             return 1 - self.current, phase >= _BURST_WARM
         if phase == _BURST:
             self._explored()
-            if self._confirming:  # this span begins the second burst
+            if self._first is not None:  # this span begins the second burst
                 return 1 - self.current, False
         return self.current, spans % _MEASURE == 0
 
@@ -1029,23 +1030,25 @@ class _Chooser:
 
     def _explored(self) -> None:
         burst, self._burst = self._burst, []
+        first, self._first = self._first, None
         if burst:
             other = 1 - self.current
             cost = self.ns_per_byte[other] = _per_byte(burst)
             in_use = self.ns_per_byte[self.current]
-            if cost < _CLEAR_WIN * in_use and not self._confirming:
-                # A clear win is measured again at once, its spans and the next burst's
-                # together, before the other engine takes over.
-                self._confirming, self._burst = True, burst
+            wins = cost < _CLEAR_WIN * in_use
+            if wins and first is None:
+                # A clear win is measured again at once, on the next burst's spans, before
+                # the other engine takes over: each of the two must win on its own.
+                self._first = cost
                 self._explore_at = self._spans
                 return
-            if cost < _CLEAR_WIN * in_use:
+            if wins:
+                cost = self.ns_per_byte[other] = max(cost, first or cost)
                 self.current = other
                 self._recent = [(cost, 1)] * len(self._recent)
                 self._period = _FIRST_PERIOD
             elif cost > _CLEAR_LOSS * in_use:  # a close loss (RE2 still warming) is retried
                 self._period = min(self._period * 2, _MAX_PERIOD)
-        self._confirming = False
         self._explore_at = self._spans + self._period
 
 

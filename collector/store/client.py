@@ -94,10 +94,11 @@ def _now() -> str:
 
 def _import_chdb_without_arrow() -> None:
     """Imports chDB (and what ``chdb.connect`` imports) without its optional Arrow support,
-    unless pyarrow is in use already. chDB imports pyarrow, and pyarrow NumPy, when they are
-    installed (chDB requires them): 42 MiB of every collector process for result formats
-    the store never asks for (clickhouse-connect reads Native). Code that imports pyarrow
-    later gets it."""
+    unless pyarrow or chDB is loaded already. chDB imports pyarrow, and pyarrow NumPy, when
+    they are installed (chDB requires them): 42 MiB of every collector process for result
+    formats the store never asks for (clickhouse-connect reads Native). In this process
+    chDB's own Arrow results then stay off (it looks for pyarrow once); code importing
+    pyarrow itself later still gets it."""
     hidden = "chdb" not in sys.modules and "pyarrow" not in sys.modules
     if hidden:
         # (None in sys.modules: ``import pyarrow`` raises ImportError)
@@ -105,8 +106,8 @@ def _import_chdb_without_arrow() -> None:
     try:
         import chdb.state  # noqa: F401
     finally:
-        if hidden:
-            del sys.modules["pyarrow"]
+        if hidden and sys.modules.get("pyarrow", False) is None:
+            sys.modules.pop("pyarrow", None)
 
 
 class ClickHouseStore:
@@ -245,7 +246,7 @@ class ClickHouseStore:
         """Rows as JSON text, parsed by ClickHouse. (clickhouse-connect's ``insert`` of
         Python rows imports pandas, NumPy and pyarrow to ask whether they are frames: 91
         MiB of the collector process.)"""
-        body = "\n".join(json.dumps(row) for row in rows).encode()
+        body = "\n".join(json.dumps(row, allow_nan=False) for row in rows).encode()
         self._client.raw_insert(table, columns, insert_block=body, fmt="JSONCompactEachRow")
 
     def stored_models(self, timeout_s: float = 30.0) -> list[str]:

@@ -132,7 +132,8 @@ def test_freed_memory_goes_back_to_the_system_after_each_insert(
     """An insert's body (up to 32 MiB) is freed in the middle of glibc's heaps, which the
     receiver threads keep growing: the writer trims them after each insert that went in
     (ADR 46), and not on a wake-up that inserted nothing."""
-    assert writer_module._TRIM is not None, "glibc's malloc_trim is found on this machine"
+    if writer_module._TRIM is None:
+        pytest.skip("the C library has no malloc_trim (not glibc): nothing to trim")
     trims: list[int] = []
 
     def trim(pad: int) -> int:
