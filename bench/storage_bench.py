@@ -223,8 +223,8 @@ def stored_twice(store: Any) -> dict[str, Any]:
 
 def wide_copy_columns(store: Any, database: str) -> list[dict[str, Any]]:
     """Per-column sizes of every table, from a copy in wide parts: their own parts are
-    compact (ADR 43; only a merged part past 256 MiB is wide), which keep no per-column
-    sizes."""
+    compact up to 48 MiB (ADR 43, ADR 46: only a merged part past that is wide), and a
+    compact part keeps no per-column sizes."""
     columns = []
     for table in TABLES:
         copy = f"{table}_wide_copy"
