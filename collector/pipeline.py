@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import multiprocessing
 import os
@@ -168,6 +169,23 @@ def _init_worker(factory: ProcessorFactory, parent: int) -> None:
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     global _worker_processors
     _worker_processors = factory()
+    _quiet_collector()
+
+
+# A request's work frees nearly everything it allocates by reference count; at CPython's
+# default (a collection every 700 net allocations) a worker ran ~8 collections
+# per request, 2.4-3.3 us per realistic span (~3% of its CPU), traversing its start-up heap
+# (compiled rules, modules) each time they reached the oldest generation.
+_GC_THRESHOLD = (10_000, 10, 10)
+
+
+def _quiet_collector() -> None:
+    """The worker's start-up heap moved out of the garbage collector's sight (it lives as
+    long as the process) and collections made rare: what a request leaves behind is cyclic
+    garbage seldom, and a collection still runs every ``_GC_THRESHOLD[0]`` net allocations."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*_GC_THRESHOLD)
 
 
 def _exit_with_parent(parent: int, interval_s: float = 0.5) -> None:
