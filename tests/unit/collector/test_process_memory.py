@@ -2,10 +2,12 @@
 ingest worker builds its processors without the collector's servers (gRPC, HTTP, the read
 and SQL APIs: ~23 MiB of RSS per worker), and the embedded store's allocator returns freed
 pages within a second unless the operator configured it (``JE_MALLOC_CONF``). And how an
-ingest worker's garbage collector runs: seldom, and never over its start-up heap."""
+ingest worker's garbage collector runs (seldom, and never over its start-up heap), and the
+pipes its requests and rows go through (wide enough for a request in a few writes)."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -13,6 +15,7 @@ import pickle
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +130,31 @@ def test_an_ingest_worker_collects_garbage_seldom_and_never_walks_its_start_up_h
     # 200k cycles at CPython's default threshold (700) are ~285 collections; here ~20.
     assert 1 <= worker["collections"] <= 40
     assert worker["left"] < 20_000  # the cycles were collected, not kept
+
+
+@pytest.mark.skipif(not hasattr(fcntl, "F_GETPIPE_SZ"), reason="pipe sizes are Linux's")
+def test_requests_and_rows_reach_the_ingest_workers_through_wide_pipes(tmp_path: Path) -> None:
+    """An SDK batch of 512 spans is ~1.6 MB, its rows ~2 MB: through 64 KiB pipes, each is
+    ~30 writes with a wake-up of the other side each time. The pool a dead worker's
+    replaced by is built the same way."""
+    from collector.pipeline import _PIPE_BYTES, Pipeline
+    from collector.server import default_processors
+    from collector.settings import CollectorSettings
+    from collector.store.wal import WriteAheadLog
+
+    wal = WriteAheadLog(tmp_path / "wal", max_bytes=1 << 20, fsync=False, retry_after_s=1.0)
+    factory = functools.partial(default_processors, CollectorSettings(data_dir=tmp_path))
+    pipeline = Pipeline([], wal, workers=1, processor_factory=factory)
+    limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    expected = _PIPE_BYTES if os.geteuid() == 0 else min(_PIPE_BYTES, limit)
+    try:
+        pipeline.warm_up()
+        for pool in (pipeline._pool, pipeline._new_pool()):
+            assert pool is not None
+            queues: list[Any] = [pool._call_queue, pool._result_queue]  # type: ignore[attr-defined]
+            sizes = [fcntl.fcntl(q._writer.fileno(), fcntl.F_GETPIPE_SZ) for q in queues]
+            assert sizes == [expected, expected]
+            if pool is not pipeline._pool:
+                pool.shutdown(wait=True)
+    finally:
+        pipeline.close()
