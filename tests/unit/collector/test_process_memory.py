@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import pickle
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -158,3 +159,53 @@ def test_requests_and_rows_reach_the_ingest_workers_through_wide_pipes(tmp_path:
                 pool.shutdown(wait=True)
     finally:
         pipeline.close()
+
+
+# A request's memory as glibc sees it: ~20 MB of blocks (the request, its rows, the records
+# between) taken, then all freed at its end; the page faults of the next ten requests.
+WORKER_REQUESTS = """
+import json, os, pickle, resource, sys
+from collector.pipeline import _init_worker
+_init_worker(pickle.loads(sys.stdin.buffer.read()), os.getppid())
+size, count = int(sys.argv[1]), int(sys.argv[2])
+
+def request():
+    blocks = [bytes(size) for _ in range(count)]
+    del blocks
+
+for _ in range(5):
+    request()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    request()
+print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before))
+"""
+
+
+@pytest.mark.skipif("glibc" not in platform.libc_ver()[0], reason="the heap is glibc's")
+@pytest.mark.parametrize(
+    ("size", "count"),
+    [(100_000, 200), (1 << 20, 20), (2 << 20, 10)],
+    ids=["records' blocks", "rows' blocks", "request bodies"],
+)
+def test_an_ingest_worker_keeps_its_heap_for_the_next_request(
+    tmp_path: Path, size: int, count: int
+) -> None:
+    """glibc gives the top of its heap back once twice the last large block freed lies
+    unused there, and a request frees that much at its end: every request faulted its
+    memory in afresh (~1.5 page faults and ~4 us of kernel time per span in each worker at
+    saturation; 0.2 faults with the heap kept, for the same peak RSS). Here, without it:
+    2,700-10,500 faults over ten requests of 20 MB."""
+    from collector.server import default_processors
+    from collector.settings import CollectorSettings
+
+    factory = functools.partial(default_processors, CollectorSettings(data_dir=tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_REQUESTS, str(size), str(count)],
+        input=pickle.dumps(factory),
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout) < 200
