@@ -9,7 +9,12 @@ import random
 import pytest
 
 from collector.model import SpanRecord
-from collector.processors.tool_calls import history_calls, link_tool_calls, requested_calls
+from collector.processors.tool_calls import (
+    canonical_arguments,
+    history_calls,
+    link_tool_calls,
+    requested_calls,
+)
 
 
 def span(
@@ -69,6 +74,26 @@ def test_arguments_decide_before_order_and_order_decides_between_equals() -> Non
         span("tx2", "turn", 4, "tool", tool="refund", arguments=X),
     ]
     assert ids(records) == {"ty": "c_y", "tx1": "c_x1", "tx2": "c_x2"}
+
+
+@pytest.mark.parametrize("size", [10, 5_000], ids=["short arguments", "long arguments"])
+def test_arguments_compare_by_meaning_however_long_and_however_often_seen(size: int) -> None:
+    """A text of arguments is read once and remembered when short (a call comes again in
+    every later model span's conversation); a long one is read each time. Either way the
+    same arguments in another order or spacing are one value, and others are not."""
+    note = "n" * size
+    sent = json.dumps({"amount": 2, "note": note})
+    spaced = ' {"note": "' + note + '",  "amount":2} '
+    other = json.dumps({"amount": 3, "note": note})
+    for _ in range(3):  # the first time and the remembered times alike
+        records = [
+            model("m", "turn", 1, ("c_other", "refund", other), ("c_sent", "refund", sent)),
+            span("t", "turn", 2, "tool", tool="refund", arguments=spaced),
+        ]
+        assert ids(records) == {"t": "c_sent"}
+    broken = "{not json " + note  # compared as it is
+    assert [canonical_arguments(broken) for _ in range(2)] == [broken, broken]
+    assert canonical_arguments(spaced) == canonical_arguments(json.loads(sent))
 
 
 def test_the_join_does_not_depend_on_the_order_spans_arrive_in() -> None:
