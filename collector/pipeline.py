@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import dataclasses
 import fcntl
 import gc
@@ -177,9 +176,11 @@ def _init_worker(factory: ProcessorFactory, parent: int) -> None:
 
 
 # A request's work frees nearly everything it allocates by reference count; at CPython's
-# default (a collection every 700 net allocations) a worker ran ~8 collections
-# per request, 2.4-3.3 us per realistic span (~3% of its CPU), traversing its start-up heap
-# (compiled rules, modules) each time they reached the oldest generation.
+# default (a collection every 700 net allocations) a worker ran ~8 collections per request,
+# 2.4-3.3 us per realistic span (~3% of its CPU), traversing its start-up heap (compiled
+# rules, modules) each time they reached the oldest generation. The collector's own process
+# has had the same treatment since inline ingest (``server.tune_gc_for_ingest``, 50k); a
+# worker holds no receiver's buffers, and a smaller threshold bounds its cyclic garbage.
 _GC_THRESHOLD = (10_000, 10, 10)
 
 
@@ -207,14 +208,20 @@ def _keep_heap() -> bool:
     again; its peak is unchanged (what one request needs). False where the C library is
     not glibc."""
     try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+        # The C library the process already runs on (no ``find_library``: it runs
+        # ``ldconfig`` in a subprocess, at every worker start).
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, _HEAP_KEPT_BYTES)
-    )
+    # Each on its own: the trim threshold is the one that keeps the heap, and a C library
+    # that refuses the mapping threshold (a 32-bit glibc caps it at 16 MiB) may take it.
+    results = [
+        mallopt(_M_MMAP_THRESHOLD, _MMAP_BYTES),
+        mallopt(_M_TRIM_THRESHOLD, _HEAP_KEPT_BYTES),
+    ]
+    return all(results)
 
 
 # What a pipe between the collector and its workers holds: a request (~1.6 MB for an SDK
@@ -226,8 +233,10 @@ _PIPE_BYTES = 1 << 20
 
 def _widen_pipes(pool: ProcessPoolExecutor) -> None:
     """The pool's request and result pipes widened to ``_PIPE_BYTES`` where the system
-    lets it (Linux ``F_SETPIPE_SZ``, up to ``/proc/sys/fs/pipe-max-size``); as they are
-    elsewhere, or when the executor's queues are not where CPython keeps them."""
+    lets it (Linux ``F_SETPIPE_SZ``). The kernel grants the size whole or not at all: past
+    ``/proc/sys/fs/pipe-max-size`` without ``CAP_SYS_RESOURCE``, or past the user's pipe
+    pages (``pipe-user-pages-soft``), the pipes stay as they are (64 KiB), as they do on
+    other systems or when the executor's queues are not where CPython keeps them."""
     set_size = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux only
     if set_size is None:
         return
@@ -235,8 +244,8 @@ def _widen_pipes(pool: ProcessPoolExecutor) -> None:
         writer: Any = getattr(queue, "_writer", None)
         try:
             fcntl.fcntl(writer.fileno(), set_size, _PIPE_BYTES)
-        except (AttributeError, OSError, ValueError):
-            continue  # (a limit below it, or no pipe there): as it was
+        except (AttributeError, OSError, ValueError) as exc:
+            logger.debug("the ingest workers' pipes stay as they are (%s)", type(exc).__name__)
 
 
 def _exit_with_parent(parent: int, interval_s: float = 0.5) -> None:

@@ -471,6 +471,15 @@ def test_a_span_is_timed_by_the_cpu_its_thread_used_not_by_the_wall_clock() -> N
     sum(range(2_000_000))  # on it
     worked = clock() - began
     assert waited < 5_000_000 and worked > 1_000_000, (waited, worked)
+    # And the redactor times its spans on that clock: one that makes each timed span last
+    # a second is what the engine in use is measured at.
+    seconds = itertools.count(step=1_000_000_000)
+    redactor = Redactor(KEY, use_prefilter=True)
+    redactor._chooser = _Chooser(clock=lambda: next(seconds))
+    redactor(
+        [_text_record(f"note {n}: the refund for order A-{n} is on its way") for n in range(100)]
+    )
+    assert redactor._chooser.ns_per_byte[1] > 1_000_000  # ns per byte (really ~10-50)
 
 
 def test_the_engine_is_chosen_by_its_cost_over_all_bytes_not_per_span() -> None:
