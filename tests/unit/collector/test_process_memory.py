@@ -34,21 +34,26 @@ print(json.dumps({"names": [name for name, _ in processors], "modules": sorted(s
 SERVER_MODULES = ("grpc", "uvicorn", "starlette", "collector.server", "collector.receiver.grpc")
 
 
-def test_an_ingest_worker_builds_its_processors_without_the_servers(tmp_path: Path) -> None:
+def _in_a_worker(script: str, data_dir: Path, *args: str) -> Any:
+    """What ``script`` prints (JSON), run in a fresh interpreter handed the factory the
+    collector hands its worker pool (Collector.__init__), pickled as spawn sends it."""
     from collector.server import default_processors
     from collector.settings import CollectorSettings
 
-    # The factory the collector hands its worker pool (Collector.__init__), as spawn sends it.
-    factory = functools.partial(default_processors, CollectorSettings(data_dir=tmp_path))
+    factory = functools.partial(default_processors, CollectorSettings(data_dir=data_dir))
     done = subprocess.run(
-        [sys.executable, "-c", WORKER_START],
+        [sys.executable, "-c", script, *args],
         input=pickle.dumps(factory),
         capture_output=True,
         timeout=120,
         check=False,
     )
     assert done.returncode == 0, done.stderr.decode()
-    loaded = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_an_ingest_worker_builds_its_processors_without_the_servers(tmp_path: Path) -> None:
+    loaded = _in_a_worker(WORKER_START, tmp_path)
     assert loaded["names"] == ["redact", "normalize", "signature", "truncate"]
     assert [m for m in SERVER_MODULES if m in loaded["modules"]] == []
 
@@ -114,19 +119,7 @@ def test_an_ingest_worker_collects_garbage_seldom_and_never_walks_its_start_up_h
     """A request frees nearly all it allocates by reference count; at CPython's default a
     worker ran ~8 collections per request (~3% of its CPU on realistic spans), each walking
     the compiled rules and modules it holds for life. Cyclic garbage is still collected."""
-    from collector.server import default_processors
-    from collector.settings import CollectorSettings
-
-    factory = functools.partial(default_processors, CollectorSettings(data_dir=tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-c", WORKER_GARBAGE],
-        input=pickle.dumps(factory),
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode()
-    worker = json.loads(done.stdout)
+    worker = _in_a_worker(WORKER_GARBAGE, tmp_path)
     assert worker["threshold"] == [10_000, 10, 10]
     assert worker["frozen"] > 10_000  # the start-up heap: never walked again
     # 200k cycles at CPython's default threshold (700) are ~285 collections; here ~20.
@@ -204,16 +197,4 @@ def test_an_ingest_worker_keeps_its_heap_for_the_next_request(
     memory in afresh (~1.5 page faults and ~4 us of kernel time per span in each worker at
     saturation; 0.2 faults with the heap kept, for the same peak RSS). Here, without it:
     2,700-10,500 faults over ten requests of 20 MB."""
-    from collector.server import default_processors
-    from collector.settings import CollectorSettings
-
-    factory = functools.partial(default_processors, CollectorSettings(data_dir=tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-c", WORKER_REQUESTS, str(size), str(count)],
-        input=pickle.dumps(factory),
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode()
-    assert json.loads(done.stdout) < 200
+    assert _in_a_worker(WORKER_REQUESTS, tmp_path, str(size), str(count)) < 200
