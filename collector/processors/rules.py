@@ -96,11 +96,17 @@ def _iban(text: str) -> bool:
 
 
 def _iban_in(text: str) -> str | None:
-    """The IBAN in a match: all of it, or its longest valid prefix (written in lower case,
-    the pattern cannot tell where the account number ends and the next word begins)."""
+    """The IBAN in a match: all of it, or its longest valid prefix that ends before a blank
+    or a dash (in groups, and in lower case, the pattern cannot tell where the account
+    number ends and the next group or word begins). Never a prefix that ends inside an
+    unbroken run of letters and digits: a 32-digit hex id (a trace or run id) whose first
+    20 characters are ``ba``, two digits and hex passes as a Bosnian IBAN one time in 97,
+    and a replay's link to its source run was once cut that way."""
     for end in range(len(text), 14, -1):
         candidate = text[:end]
-        if candidate[-1] not in " -" and _iban(candidate):
+        if candidate[-1] in " -" or (end < len(text) and text[end] not in " -"):
+            continue
+        if _iban(candidate):
             return candidate
     return None
 

@@ -24,6 +24,7 @@ from collector.processors.rules import (
     VERIFIED,
     Detector,
     RedactionConfig,
+    _iban_in,
     is_sensitive_key,
     luhn_valid,
 )
@@ -821,3 +822,51 @@ def test_what_the_redactor_recalls_is_bounded() -> None:
     assert held <= redact_module._RECALL_MAX_CHARS
     assert large not in redactor._recalled
     assert texts[-1] in redactor._recalled  # the newest are the ones kept
+
+
+# --- ids that begin like an IBAN --------------------------------------------------------
+_IBAN_LENGTHS = {"ad": 24, "ae": 23, "ba": 20, "be": 16, "de": 22}  # the hex-letter countries
+
+
+def _ids_with_an_iban_prefix(country: str, count: int) -> list[tuple[str, str]]:
+    """(id, its IBAN prefix): 32-digit hex ids (trace and run ids) whose first characters
+    are a valid IBAN of ``country`` (one in ~97 of those starting with its code and two
+    digits)."""
+    rng = random.Random(country)
+    length = _IBAN_LENGTHS[country]
+    found: list[tuple[str, str]] = []
+    while len(found) < count:
+        candidate = country + "".join(rng.choice("0123456789abcdef") for _ in range(30))
+        prefix = candidate[:length]
+        if prefix[2:4].isdigit() and _iban_in(prefix) == prefix:
+            found.append((candidate, prefix))
+    return found
+
+
+@pytest.mark.parametrize("country", sorted(_IBAN_LENGTHS))
+def test_a_hex_id_that_begins_like_an_iban_is_stored_whole(country: str) -> None:
+    """A replay's link to its source run (a trace id) once came out as
+    ``<iban:…>c5db5f7789cf``: its first 20 characters passed as a Bosnian IBAN. An IBAN is
+    not found inside an unbroken run of letters and digits, in any placement; the same
+    IBAN on its own, or followed by a blank or a dash, still is."""
+    redactor = Redactor(KEY)
+    for trace_id, iban in _ids_with_an_iban_prefix(country, 3):
+        record = span(
+            status_message=f"replay of {trace_id}",
+            span_attributes={
+                "afr.replay.source_run_id": trace_id,
+                "input.value": json.dumps({"run": trace_id, "note": f"see {trace_id}."}),
+            },
+        )
+        redactor([record])
+        assert record.span_attributes["afr.replay.source_run_id"] == trace_id
+        assert json.loads(record.span_attributes["input.value"]) == {
+            "run": trace_id,
+            "note": f"see {trace_id}.",
+        }
+        assert (record.status_message, record.redactions) == (f"replay of {trace_id}", [])
+        for text in (iban, f"pay to {iban} today", f"{iban}-", f"iban: {iban.upper()}"):
+            alone = span(span_attributes={"note": text})
+            redactor([alone])
+            assert iban not in alone.span_attributes["note"].lower(), text
+            assert alone.redactions == ["attr.note:iban"], text
