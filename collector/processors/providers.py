@@ -647,7 +647,8 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     Detector(  # gl flyio-access-token, th flyio
         "flyio_token",
         r"\b(?:fo1_[A-Za-z0-9_-]{41,47}|fm[12][ar]?_[A-Za-z0-9+/]{100,}={0,3})",
-        _last_field("_", 64),
+        # After the prefix: a fo1_ body is base64url and holds "_" itself.
+        _random_part(lambda value: value.split("_", 1)[1], 64),
     ),
     Detector(  # vcp_<56> (cs); legacy 24 after "vercel" (th vercel)
         "vercel_token",

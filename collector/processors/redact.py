@@ -896,6 +896,8 @@ class Redactor:
                 break
         if start < cursor:
             return cursor
+        if rule in _NUMBER_RULES and _inside_uuid(data, start, end):
+            return cursor  # "3df8ee1f-0071-4991-9662-…": digits of an id, not a phone
         value = data[start:end].decode("utf-8", "surrogatepass")
         if quote:
             if value in ("null", "true", "false"):
@@ -1183,6 +1185,32 @@ def _block_end(data: bytes, key_start: int, value_start: int, value_end: int) ->
             break
         end = value_end if following < 0 else following
     return min(end, value_end) if end >= 0 else value_end
+
+
+# Detectors of numbers written in groups (a phone, a card, an IBAN, a US SSN): a match of
+# theirs inside a UUID is a run of its hex digits that happen to be decimal ("...-0071-4991-
+# 9662-..." is no number dialled from abroad), never redacted (``_inside_uuid``).
+_NUMBER_RULES = frozenset({"phone", "credit_card", "iban", "us_ssn"})
+_UUID = re.compile(rb"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+
+
+def _inside_uuid(data: bytes, start: int, end: int) -> bool:
+    """Whether ``data[start:end]`` lies within a UUID of ``data`` (8-4-4-4-12 hex digits,
+    not part of a longer run of hex digits or dashes)."""
+    if end - start > 36:
+        return False
+    window_start = max(start - 36, 0)
+    for found in _UUID.finditer(data, window_start, min(end + 36, len(data))):
+        if found.start() <= start and end <= found.end():
+            before = data[found.start() - 1 : found.start()]
+            after = data[found.end() : found.end() + 1]
+            return before not in _HEX_DASH and after not in _HEX_DASH
+        if found.start() > start:
+            break
+    return False
+
+
+_HEX_DASH = frozenset(bytes([c]) for c in b"0123456789abcdefABCDEF-")
 
 
 # In a segment with no escape but of ", \ and control characters (\u0041 or \/ could stand

@@ -101,14 +101,24 @@ def _iban_in(text: str) -> str | None:
     number ends and the next group or word begins). Never a prefix that ends inside an
     unbroken run of letters and digits: a 32-digit hex id (a trace or run id) whose first
     20 characters are ``ba``, two digits and hex passes as a Bosnian IBAN one time in 97,
-    and a replay's link to its source run was once cut that way."""
+    and a replay's link to its source run was once cut that way. An IBAN written in groups
+    is grouped in fours throughout (``_grouped_in_fours``): ``ad74-42da-951b-054acc9989f1``,
+    the tail of a UUID, is no IBAN whatever its check digits say."""
     for end in range(len(text), 14, -1):
         candidate = text[:end]
         if candidate[-1] in " -" or (end < len(text) and text[end] not in " -"):
             continue
-        if _iban(candidate):
+        if _grouped_in_fours(candidate) and _iban(candidate):
             return candidate
     return None
+
+
+def _grouped_in_fours(text: str) -> bool:
+    """Unbroken, or in groups of four split by blanks or dashes (the last may be shorter)."""
+    groups = re.split(r"[ -]", text)
+    return len(groups) == 1 or (
+        all(len(group) == 4 for group in groups[:-1]) and 1 <= len(groups[-1]) <= 4
+    )
 
 
 def _ssn(text: str) -> bool:
@@ -118,6 +128,11 @@ def _ssn(text: str) -> bool:
 
 def _phone(text: str) -> bool:
     digits = _digits(text)
+    if text.lstrip().startswith("00") and text.strip().isdigit():
+        # "00" and 7-13 more digits with no separator is a zero-padded id (an AWS account
+        # in an ARN, an invoice number) far more often than a number dialled from abroad,
+        # which is written in groups ("0044 20 7946 0958").
+        return False
     if text.lstrip().startswith(("+", "00")):
         return 9 <= len(digits) <= 15
     # Without a country code only North American numbers are recognised, with the NANP's
@@ -156,15 +171,31 @@ def _whole(predicate: Callable[[str], bool]) -> Callable[[str], str | None]:
 
 
 def _card_in(text: str) -> str | None:
-    """The card number in a match: all of it, or — when more digits follow a card
-    ("4111 1111 1111 1111 123") and the whole fails the checks — its longest valid prefix."""
-    if _card(text):
+    """The card number in a match: all of it, or — when more digits follow a card after a
+    separator ("4111 1111 1111 1111 123") and the whole fails the checks — its longest
+    valid prefix that ends before a separator. Never a prefix that ends inside a run of
+    digits: one 19-digit decimal id in ~17 (a Datadog trace id, a snowflake id) begins with
+    13 or 16 digits that pass as a Visa card. A card written in groups begins with a group
+    of four (4-4-4-4, 4-6-5): ``4.123456789012345``, a float, is no card."""
+    if _card_laid_out(text) and _card(text):
         return text
     for end in range(len(text) - 1, 12, -1):
-        candidate = text[:end].rstrip(" .-\u00a0")
-        if candidate and candidate[-1].isdigit() and _card(candidate):
+        if text[end] not in _CARD_SEPARATORS:
+            continue
+        candidate = text[:end].rstrip(_CARD_SEPARATORS)
+        if candidate and _card_laid_out(candidate) and _card(candidate):
             return candidate
     return None
+
+
+_CARD_SEPARATORS = " .-\u00a0"
+_CARD_GROUPS = re.compile("[" + re.escape(_CARD_SEPARATORS) + "]+")
+
+
+def _card_laid_out(text: str) -> bool:
+    """Unbroken, or in groups whose first is four digits."""
+    groups = _CARD_GROUPS.split(text)
+    return len(groups) == 1 or len(groups[0]) == 4
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import random
 import string
+import uuid
 from typing import Any
 
 import pytest
@@ -24,6 +25,9 @@ from collector.processors.rules import (
     VERIFIED,
     Detector,
     RedactionConfig,
+    _card_brand_ok,
+    _card_in,
+    _iban,
     _iban_in,
     is_sensitive_key,
     luhn_valid,
@@ -870,3 +874,91 @@ def test_a_hex_id_that_begins_like_an_iban_is_stored_whole(country: str) -> None
             redactor([alone])
             assert iban not in alone.span_attributes["note"].lower(), text
             assert alone.redactions == ["attr.note:iban"], text
+
+
+# --- ids and numbers that hold a phone, a card or an IBAN -----------------------------------
+def _decimal_ids_with_a_card_prefix(count: int) -> list[str]:
+    """17-19 digit decimal ids (a Datadog trace id, a snowflake id) that are no card
+    themselves and whose first 13 or 16 digits are one (about one in 17 of those)."""
+    rng = random.Random("card-prefix")
+    found: list[str] = []
+    while len(found) < count:
+        number = str(rng.randrange(10**16, 10**19))
+        if _card_in(number) is not None and _card_in(number) != number:
+            raise AssertionError(f"a card taken out of {number}")  # never, as the fix says
+        digits = number[: rng.choice((13, 16))]
+        if not _is_card_number(number) and _is_card_number(digits):
+            found.append(number)
+    return found
+
+
+def _is_card_number(digits: str) -> bool:
+    return 13 <= len(digits) <= 19 and luhn_valid(digits) and _card_brand_ok(digits)
+
+
+def _uuids_holding(kind: str, count: int) -> list[str]:
+    """UUIDs one of whose groups of digits reads as a ``kind`` (a number dialled from abroad,
+    an IBAN) to a detector that looks no further than the match."""
+    rng = random.Random(kind)
+    found: list[str] = []
+    while len(found) < count:
+        value = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        groups = value.split("-")
+        if kind == "phone":
+            groups[1] = "00" + f"{rng.randrange(100):02d}"
+            groups[2] = "4" + f"{rng.randrange(1000):03d}"
+            groups[3] = rng.choice("89") + f"{rng.randrange(1000):03d}"
+        else:  # an Andorran IBAN's shape: "ad", two digits, then 20 letters and digits
+            groups[1] = "ad" + f"{rng.randrange(100):02d}"
+            if not _iban("".join(groups[1:]).upper()):
+                continue
+        found.append("-".join(groups))
+    return found
+
+
+_DIGITS_WORTH_KEEPING = {
+    "decimal trace id": lambda: _decimal_ids_with_a_card_prefix(6),
+    "AWS account id": lambda: [f"00{n:010d}" for n in (7902047506, 6541565242, 1234567890)],
+    "zero-padded invoice number": lambda: ["0012345678", "000987654321", "000000123456"],
+    "float": lambda: ["4.111111111111111", "5.105105105105100", "3.782822463100050"],
+    "invalid card in groups": lambda: ["4723 7595 5650 2508", "4111-1111-1111-1112"],
+    "UUID with a phone in it": lambda: _uuids_holding("phone", 4),
+    "UUID with an IBAN in it": lambda: _uuids_holding("iban", 2),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_DIGITS_WORTH_KEEPING))
+def test_ids_and_numbers_are_not_cut_into_a_phone_a_card_or_an_iban(kind: str) -> None:
+    """A detector of numbers in groups judges the digits it matched: a valid card or IBAN
+    at the start of a longer run of digits (6% of 19-digit decimal ids), an AWS account id
+    that begins "00" (a number dialled from abroad?), a float's digits, a UUID's groups
+    that happen to be decimal. Each is an id or a number, stored whole in every placement;
+    the real thing beside it is still redacted."""
+    redactor = Redactor(KEY)
+    for value in _DIGITS_WORTH_KEEPING[kind]():
+        placements = {
+            "value": value,
+            "after a key": f"dd.trace_id={value}",
+            "arn": f"arn:aws:iam::{value}:role/deploy",
+            "sentence": f"see {value}, then retry",
+        }
+        document: dict[str, Any] = {"id": value, "note": f"ref {value}."}
+        if value.isdigit():
+            document["number"] = int(value)
+        record = span(
+            status_message=f"failed for {value}",
+            span_attributes={**placements, "input.value": json.dumps(document)},
+        )
+        redactor([record])
+        assert record.span_attributes == {**placements, "input.value": json.dumps(document)}, value
+        assert (record.status_message, record.redactions) == (f"failed for {value}", []), value
+    real = span(
+        span_attributes={
+            "a": "4111 1111 1111 1111 123",
+            "b": "call +44 20 7946 0958",
+            "c": "DE89 3704 0044 0532 0130 00",
+            "d": "social security 123-45-6789",
+        }
+    )
+    redactor([real])
+    assert real.redactions == ["attr.a:credit_card", "attr.b:phone", "attr.c:iban", "attr.d:us_ssn"]
