@@ -242,17 +242,18 @@ def _expression(pattern: str) -> bytes:
     return _NAMED_GROUP.sub("(?:", unanchored(pattern)).encode()
 
 
-def unanchored(pattern: str) -> str:
+def unanchored(pattern: str, also: tuple[str, ...] = ()) -> str:
     """``pattern`` with its anchors (``^``, ``$``, ``\\A``, ``\\z`` outside a character
-    class) made empty: it matches wherever ``pattern`` does, and where text was cut out of a
-    longer one (``^`` after a quote, ``$`` before one) too."""
+    class, and the escapes in ``also``: ``\\b``) made empty: it matches wherever ``pattern``
+    does, and where text was cut out of a longer one (``^`` after a quote, ``$`` before one)
+    too."""
     out: list[str] = []
     index, size = 0, len(pattern)
     while index < size:
         char = pattern[index]
         if char == "\\":
             pair = pattern[index : index + 2]
-            out.append("(?:)" if pair in ("\\A", "\\z") else pair)
+            out.append("(?:)" if pair in ("\\A", "\\z", *also) else pair)
             index += 2
         elif char == "[":
             end = index + 1

@@ -308,9 +308,10 @@ def _azure_storage_key(value: str) -> str | None:
 def _azure_ad_secret(value: str) -> str | None:
     # <3><digit>Q~<31-34>; the pattern takes the whole run of the alphabet, which holds
     # ".", so a full stop after the secret is dropped.
-    if len(value.split("Q~", 1)[1]) > 34:
+    # (After its 4th character: the three before the digit may hold "Q~" themselves.)
+    if len(value[6:]) > 34:
         value = value.rstrip(".")
-    tail = value.split("Q~", 1)[1]
+    tail = value[6:]
     return value if 31 <= len(tail) <= 34 and looks_random(value, 66) else None
 
 

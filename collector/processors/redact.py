@@ -246,6 +246,8 @@ class Redactor:
         )
         self._detectors = detectors
         self._options = options
+        self._other_numbers: dict[frozenset[str], _Matcher] = {}
+        """The matchers of the number detectors but those turned down (``_number_within``)."""
         self._prefilter: prefilter.Prefilter | None = None
         if prefilter.AVAILABLE if use_prefilter is None else use_prefilter:
             # Pattern i + 1 is detector i; the scan's own patterns follow. The base64 runs
@@ -822,14 +824,23 @@ class Redactor:
         if matcher is None:
             return text
         pieces: list[bytes] = []
-        cursor = 0
-        for match in matcher.data.finditer(view):
+        cursor = position = 0
+        search = matcher.data.search
+        while (match := search(view, position)) is not None:
+            # (An empty match, which a user's detector may make, moves on by one.)
+            position = match.end() if match.end() > match.start() else match.start() + 1
             # lastindex is the rule's own group (it closes after any inner value group);
             # the wrapper's lastgroup recomputes the group table on every call.
             rule = matcher.rule_of_group.get(match.lastindex or 0)
             if rule is None or rule == "pseudonym" or match.start() < cursor:
                 continue  # (before the cursor: inside the value of a key replaced below)
-            cursor = self._replace(rule, match, matcher, data, pieces, cursor, where, fired)
+            replaced = self._replace(rule, match, matcher, data, pieces, cursor, where, fired)
+            if replaced == cursor and rule in _NUMBER_RULES:
+                replaced = self._number_within(
+                    rule, match, view, data, pieces, cursor, where, fired
+                )
+                position = max(replaced, position) if replaced == cursor else replaced
+            cursor = replaced
             keyed = self._named_like_credential(rule, view, match, matcher)
             if keyed is not None:
                 cursor = self._replace(*keyed, data, pieces, cursor, where, fired)
@@ -837,6 +848,42 @@ class Redactor:
             return text
         pieces.append(data[cursor:])
         return b"".join(pieces).decode("utf-8", "surrogatepass")
+
+    def _number_within(
+        self,
+        rejected: str,
+        match: Any,
+        view: bytes,
+        data: bytes,
+        pieces: list[bytes],
+        cursor: int,
+        where: str,
+        fired: list[str],
+    ) -> int:
+        """After a number the checks turned down: a number of another kind at the same start
+        that passes its own. At one start the first detector wins, and a run of digit groups
+        long enough for a card matches as one: "0044 20 7946 0958", or "415-555-0123
+        415-555-0199" (two phones read as one card that fails), was stored whole. The new
+        cursor; unchanged when there is none. Only at the same start: inside a number turned
+        down, a shorter one is part of it (the card inside an invalid IBAN's digits, the
+        "phone" ``0069 3752 7921`` inside an invalid card), and so is a float's fraction."""
+        tried = frozenset((rejected,))
+        start = match.start()
+        while True:
+            others = self._other_numbers.get(tried)
+            if others is None:
+                chosen = [d for d in self._detectors if d.name in _NUMBER_RULES - tried]
+                if not chosen:
+                    return cursor
+                others = self._other_numbers[tried] = _matcher(chosen, self._options)
+            inner = others.data.match(view, start)
+            rule = None if inner is None else others.rule_of_group.get(inner.lastindex or 0)
+            if rule not in _NUMBER_RULES:
+                return cursor
+            replaced = self._replace(rule, inner, others, data, pieces, cursor, where, fired)
+            if replaced != cursor:
+                return replaced
+            tried |= {rule}
 
     def _named_like_credential(
         self, rule: str, view: bytes, match: Any, matcher: _Matcher
@@ -1244,6 +1291,17 @@ _NUMBER = re.compile(r"-?\d[\d.eE+-]*")
 
 
 def detector(name: str, pattern: str) -> Detector:
-    """A user-defined detector (from the config file); validated to compile under RE2."""
+    """A user-defined detector (from the config file); validated to compile under RE2, and
+    to need at least one character: a pattern that matches the empty text somewhere
+    (``x*``, ``\\b``) would find a "secret" of no length between every two characters, and
+    the scan that resumes after each match would never get past one."""
     re2.compile(pattern)
+    if re2.compile(_assertions_always_hold(pattern)).fullmatch("") is not None:
+        raise ValueError(f"{pattern!r} matches the empty text; a detector needs a character")
     return Detector(name, pattern)
+
+
+def _assertions_always_hold(pattern: str) -> str:
+    """``pattern`` with its zero-width assertions (``^ $ \\A \\z \\b \\B``) made empty: it
+    matches the empty text exactly when ``pattern`` matches an empty text somewhere."""
+    return prefilter.unanchored(pattern, also=("\\b", "\\B"))

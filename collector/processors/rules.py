@@ -134,7 +134,9 @@ def _phone(text: str) -> bool:
         # which is written in groups ("0044 20 7946 0958").
         return False
     if text.lstrip().startswith(("+", "00")):
-        return 9 <= len(digits) <= 15
+        # No country code begins with 0 ("000-12-3456" is no number dialled from abroad).
+        country = digits[2:] if text.lstrip().startswith("00") else digits
+        return 9 <= len(digits) <= 15 and country[:1] != "0"
     # Without a country code only North American numbers are recognised, with the NANP's
     # rules (area code and exchange start with 2-9), which rejects most id-like triples.
     if len(digits) == 11 and digits[0] == "1":

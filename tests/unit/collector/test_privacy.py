@@ -68,6 +68,11 @@ max_body_bytes = 2048
     [
         ('[redaction]\ndisable = ["emails"]', "unknown rules"),
         ('[[redaction.patterns]]\nname = "x"\nregex = "(unclosed"', "does not compile"),
+        # A pattern that can match no character at all would hang the scan (each match
+        # of nothing is found again where the last one ended).
+        ('[[redaction.patterns]]\nname = "x"\nregex = "x*"', "empty text"),
+        ('[[redaction.patterns]]\nname = "x"\nregex = "\\\\b|id=\\\\d+"', "empty text"),
+        ('[[redaction.patterns]]\nname = "x"\nregex = "^$"', "empty text"),
         ("[redaction]\nallow_values = 3", "list of strings"),
         ("[redaction\n", "cannot read"),
         ('[truncation.field_limits]\n"x" = -1', "positive byte counts"),

@@ -202,6 +202,16 @@ def test_a_token_whose_body_holds_the_punctuation_its_format_allows_is_found(nam
     assert tried or name not in {"flyio_token", "contentful_token", "sendgrid_key"}
 
 
+@pytest.mark.parametrize("head", ["Q~E", "aQ~", "Q~Q", "~Q~"])
+def test_an_entra_id_secret_whose_head_holds_its_marker_is_found(head: str) -> None:
+    """<3 characters><digit>Q~<31-34>: the three may be "Q~" too (one secret in ~2,000),
+    and the secret was cut at that first "Q~", judged too long and stored whole."""
+    for seed in SEEDS:
+        body = chars(random.Random(f"entra:{seed}"), "abcdefghijklmnopqrstuvwxyzABC0123~.-_", 33)
+        secret = f"{head}8Q~{body}x"
+        assert ("azure_ad_client_secret", secret) in findings(f"client secret {secret} ok")
+
+
 @pytest.mark.parametrize("at", range(-12, -1))
 def test_a_fly_io_token_with_an_underscore_near_its_end_is_found(at: int) -> None:
     for seed in SEEDS:

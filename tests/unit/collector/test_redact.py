@@ -962,3 +962,40 @@ def test_ids_and_numbers_are_not_cut_into_a_phone_a_card_or_an_iban(kind: str) -
     )
     redactor([real])
     assert real.redactions == ["attr.a:credit_card", "attr.b:phone", "attr.c:iban", "attr.d:us_ssn"]
+
+
+_NUMBERS_BEHIND_A_LONGER_ONE = {
+    # At one start the first detector wins: a run of digit groups long enough for a card is
+    # matched as one, turned down by its checks, and the number in it was stored whole.
+    "a number dialled from abroad": ("0044 20 7946 0958", ["phone"]),
+    "two phones side by side": ("415-555-0123 415-555-0199", ["phone", "phone"]),
+    "a phone then more digits": ("212 555 0123 4567 8901", ["phone"]),
+    "an SSN then a date": ("123-45-6789 2024 01 01", ["us_ssn"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_NUMBERS_BEHIND_A_LONGER_ONE))
+def test_a_number_inside_a_longer_run_of_digit_groups_is_still_found(case: str) -> None:
+    text, rules = _NUMBERS_BEHIND_A_LONGER_ONE[case]
+    redactor = Redactor(KEY)
+    digits = [c for c in text if c.isdigit()]
+    for placement in (text, f"call me: {text}.", json.dumps({"messages": [{"content": text}]})):
+        record = span(span_attributes={"note": placement})
+        redactor([record])
+        stored = record.span_attributes["note"]
+        assert [entry.rsplit(":", 1)[1] for entry in record.redactions] == rules, placement
+        assert stored.count("<") == len(rules), stored
+        assert len([c for c in stored if c.isdigit()]) < len(digits), stored
+    # Only at the same start: inside a number turned down, a shorter one is part of it (a
+    # float's fraction, the digits of an invalid IBAN or card), even where it would pass the
+    # checks on its own.
+    for number in (
+        "0.4111111111111111",
+        "12.5105105105105100",
+        "ES81 5570 6360 6071 0431 9554",
+        "6011 0069 3752 7921",
+        "000-12-3456",
+    ):
+        record = span(span_attributes={"note": f"score {number}"})
+        redactor([record])
+        assert (record.span_attributes["note"], record.redactions) == (f"score {number}", [])
