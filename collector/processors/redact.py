@@ -246,8 +246,8 @@ class Redactor:
         )
         self._detectors = detectors
         self._options = options
-        self._other_numbers: dict[frozenset[str], _Matcher] = {}
-        """The matchers of the number detectors but those turned down (``_number_within``)."""
+        self._numbers: dict[frozenset[str], _Matcher] = {}
+        """The number detectors but those turned down, alone (``_number_within``)."""
         self._prefilter: prefilter.Prefilter | None = None
         if prefilter.AVAILABLE if use_prefilter is None else use_prefilter:
             # Pattern i + 1 is detector i; the scan's own patterns follow. The base64 runs
@@ -839,7 +839,8 @@ class Redactor:
                 replaced = self._number_within(
                     rule, match, view, data, pieces, cursor, where, fired
                 )
-                position = max(replaced, position) if replaced == cursor else replaced
+                if replaced != cursor:
+                    position = replaced
             cursor = replaced
             keyed = self._named_like_credential(rule, view, match, matcher)
             if keyed is not None:
@@ -860,30 +861,42 @@ class Redactor:
         where: str,
         fired: list[str],
     ) -> int:
-        """After a number the checks turned down: a number of another kind at the same start
-        that passes its own. At one start the first detector wins, and a run of digit groups
-        long enough for a card matches as one: "0044 20 7946 0958", or "415-555-0123
-        415-555-0199" (two phones read as one card that fails), was stored whole. The new
-        cursor; unchanged when there is none. Only at the same start: inside a number turned
-        down, a shorter one is part of it (the card inside an invalid IBAN's digits, the
-        "phone" ``0069 3752 7921`` inside an invalid card), and so is a float's fraction."""
-        tried = frozenset((rejected,))
-        start = match.start()
-        while True:
-            others = self._other_numbers.get(tried)
-            if others is None:
-                chosen = [d for d in self._detectors if d.name in _NUMBER_RULES - tried]
-                if not chosen:
-                    return cursor
-                others = self._other_numbers[tried] = _matcher(chosen, self._options)
-            inner = others.data.match(view, start)
-            rule = None if inner is None else others.rule_of_group.get(inner.lastindex or 0)
-            if rule not in _NUMBER_RULES:
-                return cursor
-            replaced = self._replace(rule, inner, others, data, pieces, cursor, where, fired)
-            if replaced != cursor:
-                return replaced
-            tried |= {rule}
+        """After a number the checks turned down: a number that passes its own checks at the
+        same start (of another kind), or, when what was turned down is no card laid out in
+        groups (4-4-4-4, 4-6-5) nor a national phone number, after a blank inside it (of any
+        kind). At one start the first detector wins, and a run of digit groups long enough
+        for a card matches as one: "0044 20 7946 0958" and "415-555-0123 415-555-0199" (two
+        phones read as one card that fails), the card in "qty 2 4111 1111 1111 1111" and the
+        phone in "PIN 1234 415-555-0123" were stored whole.
+        The new cursor; unchanged when there is none. Nowhere else inside: a shorter number
+        there is part of the one turned down (the card-like digits of an invalid IBAN, the
+        "phone" ``0069 3752 7921`` of an invalid card, a float's fraction). Each try is one
+        anchored match of the number detectors alone, whose matches are a few dozen
+        characters at most."""
+        starts = [match.start()]
+        matched = view[match.start() : match.end()]
+        if (rejected == "phone" and matched[:1] in (b"+", b"0")) or (
+            rejected == "credit_card" and not _card_layout(matched)
+        ):
+            starts += [match.start() + i + 1 for i, byte in enumerate(matched) if byte in _BLANKS]
+        for index, start in enumerate(starts):
+            tried = frozenset((rejected,)) if index == 0 else frozenset()
+            while True:
+                numbers = self._numbers.get(tried)
+                if numbers is None:
+                    chosen = [d for d in self._detectors if d.name in _NUMBER_RULES - tried]
+                    if not chosen:
+                        break
+                    numbers = self._numbers[tried] = _matcher(chosen, self._options, extras=False)
+                inner = numbers.data.match(view, start)
+                rule = None if inner is None else numbers.rule_of_group.get(inner.lastindex or 0)
+                if rule is None:
+                    break
+                replaced = self._replace(rule, inner, numbers, data, pieces, cursor, where, fired)
+                if replaced != cursor:
+                    return replaced
+                tried |= {rule}
+        return cursor
 
     def _named_like_credential(
         self, rule: str, view: bytes, match: Any, matcher: _Matcher
@@ -1128,10 +1141,13 @@ class _Matcher:
     <rule>__block (an indented YAML block scalar, cut where the indentation ends)."""
 
 
-def _matcher(detectors: list[Detector], options: Any) -> _Matcher:
-    groups = [f"(?P<pseudonym>{_PSEUDONYM})"]
+def _matcher(detectors: list[Detector], options: Any, *, extras: bool = True) -> _Matcher:
+    """The alternation of ``detectors``; ``extras``: after a pseudonym (kept as it is) and
+    before base64 runs (decoded and looked into)."""
+    groups = [f"(?P<pseudonym>{_PSEUDONYM})"] if extras else []
     groups += [f"(?P<{d.name}>{d.pattern})" for d in detectors]
-    groups.append(f"(?P<base64_blob>{_BASE64_BLOB})")
+    if extras:
+        groups.append(f"(?P<base64_blob>{_BASE64_BLOB})")
     text = re2.compile("|".join(groups), options)
     ordered = sorted(text.groupindex.items(), key=lambda item: item[1])
     return _Matcher(
@@ -1243,7 +1259,7 @@ _UUID = re.compile(rb"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4
 
 def _inside_uuid(data: bytes, start: int, end: int) -> bool:
     """Whether ``data[start:end]`` lies within a UUID of ``data`` (8-4-4-4-12 hex digits,
-    not part of a longer run of hex digits or dashes)."""
+    not part of a longer run of hex digits: ``run-<uuid>`` is one, ``a<uuid>`` is not)."""
     if end - start > 36:
         return False
     window_start = max(start - 36, 0)
@@ -1251,13 +1267,34 @@ def _inside_uuid(data: bytes, start: int, end: int) -> bool:
         if found.start() <= start and end <= found.end():
             before = data[found.start() - 1 : found.start()]
             after = data[found.end() : found.end() + 1]
-            return before not in _HEX_DASH and after not in _HEX_DASH
+            return before not in _HEX_DIGIT and after not in _HEX_DIGIT
         if found.start() > start:
             break
     return False
 
 
-_HEX_DASH = frozenset(bytes([c]) for c in b"0123456789abcdefABCDEF-")
+_HEX_DIGIT = frozenset(bytes([c]) for c in b"0123456789abcdefABCDEF")
+_GROUPS = re.compile(rb"(?:\xc2\xa0|[ .-])+")
+
+
+def _card_layout(number: bytes) -> bool:
+    """Whether ``number`` is laid out as a card is: in one piece, or in groups 4-4-4-4 (the
+    last shorter, or a fifth of up to 3 after it, for 13-19 digits), 4-6-5 or 4-6-4."""
+    sizes = [len(group) for group in _GROUPS.split(number)]
+    if len(sizes) == 1 or sizes[0] != 4:
+        return len(sizes) == 1
+    if sizes[1] == 6:
+        return sizes[2:] in ([5], [4])
+    fours = sizes[1:3] == [4, 4]
+    return (
+        fours
+        and (sizes[3:] == [] or 1 <= sizes[3] <= 4)
+        and len(sizes) <= 5
+        and (len(sizes) < 5 or (sizes[3] == 4 and 1 <= sizes[4] <= 3))
+    )
+
+
+_BLANKS = frozenset(b" \xa0")  # a blank, and the last byte of a no-break space
 
 
 # In a segment with no escape but of ", \ and control characters (\u0041 or \/ could stand
