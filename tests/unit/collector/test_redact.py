@@ -1042,3 +1042,14 @@ def test_a_number_turned_down_costs_a_look_at_the_number_alone(
     redactor([record])
     assert len(looks) >= 900  # one look (at least) per number turned down
     assert max(looks) <= 64
+
+
+def test_the_look_for_a_key_after_a_match_is_bounded() -> None:
+    """After each match that could be a key, the rest of its name and its ":" or "=" are
+    looked for; unbounded, that look ran to the end of a long run of name characters every
+    time ("000-12-3456-" repeated, an SSN turned down every 12 bytes: 11 s for 64 KB). A key
+    name runs on for 128 characters at most, and its blanks for 64 (an aligned .env file)."""
+    separator = redact_module._KEY_SEPARATOR
+    assert separator.match(b"x" * 128 + b" " * 64 + b"=") is not None
+    assert separator.match(b'_token\\" : ') is not None
+    assert separator.match(b"0" * 10_000 + b"=") is None
