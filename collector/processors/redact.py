@@ -1336,7 +1336,8 @@ def detector(name: str, pattern: str) -> Detector:
     the scan that resumes after each match would never get past one."""
     re2.compile(pattern)
     if re2.compile(_assertions_always_hold(pattern)).fullmatch("") is not None:
-        raise ValueError(f"{pattern!r} matches the empty text; a detector needs a character")
+        # (Not the pattern itself: it may spell out the very secret it is there to hide.)
+        raise ValueError("it can match the empty text; a detector needs at least one character")
     return Detector(name, pattern)
 
 

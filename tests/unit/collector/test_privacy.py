@@ -72,7 +72,7 @@ max_body_bytes = 2048
         # of nothing is found again where the last one ended).
         ('[[redaction.patterns]]\nname = "x"\nregex = "x*"', "empty text"),
         ('[[redaction.patterns]]\nname = "x"\nregex = "\\\\b|id=\\\\d+"', "empty text"),
-        ('[[redaction.patterns]]\nname = "x"\nregex = "^$"', "empty text"),
+        ('[[redaction.patterns]]\nname = "x"\nregex = "^$|hunter2"', "empty text"),
         ("[redaction]\nallow_values = 3", "list of strings"),
         ("[redaction\n", "cannot read"),
         ('[truncation.field_limits]\n"x" = -1', "positive byte counts"),
@@ -87,5 +87,7 @@ def test_bad_config_fails_at_start_up(tmp_path: Path, text: str, message: str) -
         build_redactor(settings(tmp_path), document)
         build_truncator(settings(tmp_path), document)
 
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as raised:
         start_up()
+    # A pattern may spell out the secret it is there to hide: the error never repeats it.
+    assert "hunter2" not in str(raised.value)
