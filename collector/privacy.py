@@ -108,8 +108,7 @@ def build_redactor(settings: CollectorSettings, document: dict[str, Any]) -> Red
             raise ConfigError(f"redaction.patterns entries need name and regex: {exc}") from None
         except Exception as exc:
             raise ConfigError(
-                f"redaction pattern {entry.get('name')!r} does not compile or can match"
-                f" the empty text: {exc}"
+                f"redaction pattern {entry.get('name')!r} is refused: {exc}"
             ) from None
     config = RedactionConfig(
         disabled_rules=frozenset(disabled),

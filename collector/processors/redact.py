@@ -1330,15 +1330,29 @@ _NUMBER = re.compile(r"-?\d[\d.eE+-]*")
 
 
 def detector(name: str, pattern: str) -> Detector:
-    """A user-defined detector (from the config file); validated to compile under RE2, and
+    """A user-defined detector (from the config file); validated to compile under RE2 (an
+    error names what is wrong, never the pattern: it may spell out a secret), and
     to need at least one character: a pattern that matches the empty text somewhere
     (``x*``, ``\\b``) would find a "secret" of no length between every two characters, and
     the scan that resumes after each match would never get past one."""
-    re2.compile(pattern)
-    if re2.compile(_assertions_always_hold(pattern)).fullmatch("") is not None:
+    quiet = re2.Options()
+    quiet.log_errors = False  # RE2 would log the whole pattern to stderr
+    try:
+        re2.compile(pattern, quiet)
+    except re2.error as exc:
+        # Only what is wrong ("missing )"), not where: RE2 quotes the pattern from there on.
+        raise ValueError(f"it does not compile: {_compile_error(exc)}") from None
+    if re2.compile(_assertions_always_hold(pattern), quiet).fullmatch("") is not None:
         # (Not the pattern itself: it may spell out the very secret it is there to hide.)
         raise ValueError("it can match the empty text; a detector needs at least one character")
     return Detector(name, pattern)
+
+
+def _compile_error(exc: Exception) -> str:
+    message = exc.args[0] if exc.args else ""
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", "replace")
+    return str(message).split(":", 1)[0]
 
 
 def _assertions_always_hold(pattern: str) -> str:
