@@ -35,7 +35,7 @@ import re
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -247,7 +247,7 @@ class Redactor:
         self._detectors = detectors
         self._options = options
         self._numbers: dict[frozenset[str], _Matcher] = {}
-        """The number detectors but those turned down, alone (``_number_within``)."""
+        """The number detectors but those turned down, alone (``_numbers_within``)."""
         self._prefilter: prefilter.Prefilter | None = None
         if prefilter.AVAILABLE if use_prefilter is None else use_prefilter:
             # Pattern i + 1 is detector i; the scan's own patterns follow. The base64 runs
@@ -836,11 +836,12 @@ class Redactor:
                 continue  # (before the cursor: inside the value of a key replaced below)
             replaced = self._replace(rule, match, matcher, data, pieces, cursor, where, fired)
             if replaced == cursor and rule in _NUMBER_RULES:
-                replaced = self._number_within(
-                    rule, match, view, data, pieces, cursor, where, fired
-                )
-                if replaced != cursor:
-                    position = replaced
+                # Each candidate the generator gives is tried; it goes on while they fail.
+                for candidate in self._numbers_within(rule, match, view):
+                    replaced = self._replace(*candidate, data, pieces, cursor, where, fired)
+                    if replaced != cursor:
+                        position = replaced
+                        break
             cursor = replaced
             keyed = self._named_like_credential(rule, view, match, matcher)
             if keyed is not None:
@@ -850,29 +851,20 @@ class Redactor:
         pieces.append(data[cursor:])
         return b"".join(pieces).decode("utf-8", "surrogatepass")
 
-    def _number_within(
-        self,
-        rejected: str,
-        match: Any,
-        view: bytes,
-        data: bytes,
-        pieces: list[bytes],
-        cursor: int,
-        where: str,
-        fired: list[str],
-    ) -> int:
-        """After a number the checks turned down: a number that passes its own checks at the
-        same start (of another kind), or, when what was turned down is no card laid out in
-        groups (4-4-4-4, 4-6-5) nor a national phone number, after a blank inside it (of any
-        kind). At one start the first detector wins, and a run of digit groups long enough
-        for a card matches as one: "0044 20 7946 0958" and "415-555-0123 415-555-0199" (two
-        phones read as one card that fails), the card in "qty 2 4111 1111 1111 1111" and the
-        phone in "PIN 1234 415-555-0123" were stored whole.
-        The new cursor; unchanged when there is none. Nowhere else inside: a shorter number
-        there is part of the one turned down (the card-like digits of an invalid IBAN, the
-        "phone" ``0069 3752 7921`` of an invalid card, a float's fraction). Each try is one
-        anchored match of the number detectors alone, whose matches are a few dozen
-        characters at most."""
+    def _numbers_within(
+        self, rejected: str, match: Any, view: bytes
+    ) -> Iterator[tuple[str, Any, _Matcher]]:
+        """After a number the checks turned down, the numbers to try instead, one after
+        another while they are turned down too: at the same start (another kind), or, when
+        what was turned down is no card laid out in groups (4-4-4-4, 4-6-5) nor a national
+        phone number, after a blank inside it (any kind). At one start the first detector
+        wins, and a run of digit groups long enough for a card matches as one: "0044 20 7946
+        0958" and "415-555-0123 415-555-0199" (two phones read as one card that fails), the
+        card in "qty 2 4111 1111 1111 1111" and the phone in "PIN 1234 415-555-0123" were
+        stored whole. Nowhere else inside: a shorter number there is part of the one turned
+        down (the card-like digits of an invalid IBAN, the "phone" ``0069 3752 7921`` of an
+        invalid card, a float's fraction). Each is one anchored match of the number
+        detectors alone, whose matches are a few dozen characters at most."""
         starts = [match.start()]
         matched = view[match.start() : match.end()]
         if (rejected == "phone" and matched[:1] in (b"+", b"0")) or (
@@ -892,11 +884,8 @@ class Redactor:
                 rule = None if inner is None else numbers.rule_of_group.get(inner.lastindex or 0)
                 if rule is None:
                     break
-                replaced = self._replace(rule, inner, numbers, data, pieces, cursor, where, fired)
-                if replaced != cursor:
-                    return replaced
-                tried |= {rule}
-        return cursor
+                yield rule, inner, numbers
+                tried |= {rule}  # (asked for the next one: this one was turned down)
 
     def _named_like_credential(
         self, rule: str, view: bytes, match: Any, matcher: _Matcher
