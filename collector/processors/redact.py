@@ -824,11 +824,9 @@ class Redactor:
         if matcher is None:
             return text
         pieces: list[bytes] = []
-        cursor = position = 0
-        search = matcher.data.search
-        while (match := search(view, position)) is not None:
-            # (An empty match, which a user's detector may make, moves on by one.)
-            position = match.end() if match.end() > match.start() else match.start() + 1
+        cursor = 0
+        matches = matcher.data.finditer(view)
+        while (match := next(matches, None)) is not None:
             # lastindex is the rule's own group (it closes after any inner value group);
             # the wrapper's lastgroup recomputes the group table on every call.
             rule = matcher.rule_of_group.get(match.lastindex or 0)
@@ -839,8 +837,8 @@ class Redactor:
                 # Each candidate the generator gives is tried; it goes on while they fail.
                 for candidate in self._numbers_within(rule, match, view):
                     replaced = self._replace(*candidate, data, pieces, cursor, where, fired)
-                    if replaced != cursor:
-                        position = replaced
+                    if replaced != cursor:  # the search resumes after it (rarely: anew)
+                        matches = matcher.data.finditer(view, replaced)
                         break
             cursor = replaced
             keyed = self._named_like_credential(rule, view, match, matcher)
@@ -1323,7 +1321,8 @@ def detector(name: str, pattern: str) -> Detector:
     error names what is wrong, never the pattern: it may spell out a secret), and
     to need at least one character: a pattern that matches the empty text somewhere
     (``x*``, ``\\b``) would find a "secret" of no length between every two characters, and
-    the scan that resumes after each match would never get past one."""
+    the selection of segments, which resumes after each match, would never get past one
+    (the collector hung on the first span)."""
     quiet = re2.Options()
     quiet.log_errors = False  # RE2 would log the whole pattern to stderr
     try:
