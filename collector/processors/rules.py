@@ -396,18 +396,37 @@ _KEY_PARTS = (
     "access{sep}key", "authorization", "cookie", "credential", "card{sep}number", "cvv",
     "cvc", "ssn",
 )  # fmt: skip
-"""Sensitive wherever they are in the key."""
+"""Sensitive wherever they are in the key; the three-letter ones as a word of it
+(``_short_word``): three letters occur inside other words and generated ids."""
+_SHORT_KEY_PARTS = frozenset({"cvv", "cvc", "ssn"})
 _KEY_ENDS = ("token", "auth", "session", "session{sep}id", "sessid", "pwd", "pin", "otp", "sid")
 """Sensitive as the end of the key's last dotted part: the whole of it or after ``_``
 (``auth``, ``x_pin``), and ``token``, ``sessid`` and ``sessionid`` after anything
 (``csrftoken``, ``PHPSESSID``); ``input_tokens`` counts tokens."""
 _KEY_SEPARATOR = "[ \\t\\n\\r\\f\\v_.]?"  # in the key normalized: "-" is "_" there
-_SENSITIVE_KEY_PARTS = re.compile("|".join(w.format(sep=_KEY_SEPARATOR) for w in _KEY_PARTS))
+_SENSITIVE_KEY_PARTS = re.compile(
+    "|".join(w.format(sep=_KEY_SEPARATOR) for w in _KEY_PARTS if w not in _SHORT_KEY_PARTS)
+)
 _SENSITIVE_KEY_WHOLE = re.compile(
     "(?:.*_)?(?:{})|.*(?:token|sessid|sessionid)".format(
         "|".join(w.format(sep="_?") for w in _KEY_ENDS if w != "sessid")
     )
 )
+
+
+def _short_word(word: str) -> str:
+    """``word`` as a word of a key as written, not three letters inside another word or a
+    generated id ("classname", "call_G5YCD4Q09zKRQ7CVvJ0X5Eiq"): in lower case after no
+    letter, in title or upper case after no capital (``cardCvv``, ``customerSSN``), and
+    before no lower-case letter (``cvvCode``, ``SSNLast4``, ``cvv2``)."""
+    low, title, up = word, word.capitalize(), word.upper()
+    return (
+        f"(?<![A-Za-z]){low}(?![a-z])|(?<![A-Z]){title}(?![a-z])"
+        f"|(?<![A-Z]){up}(?![a-z]|[A-Z](?![a-z]))"
+    )
+
+
+_SENSITIVE_KEY_WORDS = re.compile("|".join(_short_word(w) for w in sorted(_SHORT_KEY_PARTS)))
 # A key as a JSON document holds it: one separator may be escaped (``\\n``, and ``_escape_view``
 # shows that as two characters, three inside a JSON string); case is folded by the caller.
 _HINT_SEPARATOR = '[^"\\x00]{0,3}'
@@ -456,6 +475,7 @@ def is_sensitive_key(key: str, extra: tuple[str, ...] = ()) -> bool:
         return False  # token counts, not tokens
     return bool(
         _SENSITIVE_KEY_PARTS.search(full)
+        or _SENSITIVE_KEY_WORDS.search(key)
         or _SENSITIVE_KEY_WHOLE.fullmatch(last)
         or last in extra
         or full in extra

@@ -1053,3 +1053,45 @@ def test_the_look_for_a_key_after_a_match_is_bounded() -> None:
     assert separator.match(b"x" * 128 + b" " * 64 + b"=") is not None
     assert separator.match(b'_token\\" : ') is not None
     assert separator.match(b"0" * 10_000 + b"=") is None
+
+
+_WORD_KEYS = ("cvv", "card_cvv", "cvv2", "CVV", "cardCvv", "CardCVC", "card-cvc", "card cvv",
+              "cvvCode", "ssn", "user_ssn", "customerSSN", "ssnLast4", "SSNLast4", "SSN_LAST4")  # fmt: skip
+_NOT_WORD_KEYS = ("classname", "className", "lesson", "call_G5YCD4Q09zKRQ7CVvJ0X5Eiq",
+                  "NL79 CVVG 5872 1253 67", "fcvvx", "SSNX_RAW", "xcvc9")  # fmt: skip
+
+
+def _ids_with_a_short_word_inside(count: int) -> list[str]:
+    """Generated ids (a tool call's, a vendor's) that hold "cvv", "cvc" or "ssn" among
+    other letters and digits, in a mix of cases no word is written in ("CVv", "sSn"), as
+    one id in a few hundred does."""
+    rng = random.Random("short-words")
+    alphabet = string.ascii_letters + string.digits
+    found: list[str] = []
+    while len(found) < count:
+        word = "".join(rng.choice((c, c.upper())) for c in rng.choice(("cvv", "cvc", "ssn")))
+        if word in (word.lower(), word.capitalize(), word.upper()):
+            continue
+        head = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10)))
+        tail = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 10)))
+        found.append(f"call_{head}{word}{tail}")
+    return found
+
+
+def test_a_three_letter_key_word_counts_as_a_word_not_as_letters_inside_one() -> None:
+    """ "cvv", "cvc" and "ssn" name a secret as a word of a key, in any of the ways keys are
+    written; inside another word or a generated id used as a key ("classname", a tool call
+    id, an IBAN's letters) they are three letters, and the value under that key was
+    replaced ("<secret:…>") before."""
+    redactor = Redactor(KEY)
+    plain = "refund issued"
+    for key in _WORD_KEYS:
+        record = span(span_attributes={key: plain}, input=json.dumps({key: plain}))
+        redactor([record])
+        assert record.span_attributes[key].startswith("<secret:"), key
+        assert json.loads(record.input)[key].startswith("<secret:"), key
+    for key in (*_NOT_WORD_KEYS, *_ids_with_a_short_word_inside(40)):
+        record = span(span_attributes={key: plain}, input=json.dumps({key: plain}))
+        redactor([record])
+        assert (record.span_attributes, record.redactions) == ({key: plain}, []), key
+        assert json.loads(record.input) == {key: plain}, key
