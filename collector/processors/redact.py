@@ -51,6 +51,7 @@ from collector.processors.rules import (
     VERIFIED,
     Detector,
     RedactionConfig,
+    card_layout,
     is_sensitive_key,
     key_hints,
     value_in_text,
@@ -866,7 +867,7 @@ class Redactor:
         starts = [match.start()]
         matched = view[match.start() : match.end()]
         if (rejected == "phone" and matched[:1] in (b"+", b"0")) or (
-            rejected == "credit_card" and not _card_layout(matched)
+            rejected == "credit_card" and not card_layout(matched.decode("utf-8", "replace"))
         ):
             starts += [match.start() + i + 1 for i, byte in enumerate(matched) if byte in _BLANKS]
         for index, start in enumerate(starts):
@@ -1261,26 +1262,6 @@ def _inside_uuid(data: bytes, start: int, end: int) -> bool:
 
 
 _HEX_DIGIT = frozenset(bytes([c]) for c in b"0123456789abcdefABCDEF")
-_GROUPS = re.compile(rb"(?:\xc2\xa0|[ .-])+")
-
-
-def _card_layout(number: bytes) -> bool:
-    """Whether ``number`` is laid out as a card is: in one piece, or in groups 4-4-4-4 (the
-    last shorter, or a fifth of up to 3 after it, for 13-19 digits), 4-6-5 or 4-6-4."""
-    sizes = [len(group) for group in _GROUPS.split(number)]
-    if len(sizes) == 1 or sizes[0] != 4:
-        return len(sizes) == 1
-    if sizes[1] == 6:
-        return sizes[2:] in ([5], [4])
-    fours = sizes[1:3] == [4, 4]
-    return (
-        fours
-        and (sizes[3:] == [] or 1 <= sizes[3] <= 4)
-        and len(sizes) <= 5
-        and (len(sizes) < 5 or (sizes[3] == 4 and 1 <= sizes[4] <= 3))
-    )
-
-
 _BLANKS = frozenset(b" \xa0")  # a blank, and the last byte of a no-break space
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "VERIFIED",
     "Detector",
     "RedactionConfig",
+    "card_layout",
     "is_sensitive_key",
     "key_hints",
     "luhn_valid",
@@ -195,9 +196,28 @@ _CARD_GROUPS = re.compile("[" + re.escape(_CARD_SEPARATORS) + "]+")
 
 
 def _card_laid_out(text: str) -> bool:
-    """Unbroken, or in groups whose first is four digits."""
+    """Unbroken, or in groups whose first is four digits: what may be a card (its checks
+    decide), however its other groups fall."""
     groups = _CARD_GROUPS.split(text)
     return len(groups) == 1 or len(groups[0]) == 4
+
+
+def card_layout(text: str) -> bool:
+    """Whether ``text`` is laid out as cards are: in one piece, or in groups 4-4-4-4 (the
+    last shorter, or a fifth of up to 3 after it, for 13-19 digits), 4-6-5 or 4-6-4. A
+    number in other groups that fails a card's checks may hold another number after a
+    blank (the redactor's ``_numbers_within``)."""
+    sizes = [len(group) for group in _CARD_GROUPS.split(text)]
+    if len(sizes) == 1 or sizes[0] != 4:
+        return len(sizes) == 1
+    if sizes[1] == 6:
+        return sizes[2:] in ([5], [4])
+    return (
+        sizes[1:3] == [4, 4]
+        and (sizes[3:] == [] or 1 <= sizes[3] <= 4)
+        and len(sizes) <= 5
+        and (len(sizes) < 5 or (sizes[3] == 4 and 1 <= sizes[4] <= 3))
+    )
 
 
 @dataclass(frozen=True)
