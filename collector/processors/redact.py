@@ -248,7 +248,7 @@ class Redactor:
         self._detectors = detectors
         self._options = options
         self._numbers: dict[frozenset[str], _Matcher] = {}
-        """The number detectors but those turned down, alone (``_numbers_within``)."""
+        """Number detectors of some kinds, alone (``_number_matcher``)."""
         self._prefilter: prefilter.Prefilter | None = None
         if prefilter.AVAILABLE if use_prefilter is None else use_prefilter:
             # Pattern i + 1 is detector i; the scan's own patterns follow. The base64 runs
@@ -841,6 +841,10 @@ class Redactor:
                     if replaced != cursor:  # the search resumes after it (rarely: anew)
                         matches = matcher.data.finditer(view, replaced)
                         break
+            elif cursor < replaced < match.end() and rule not in self._context_rules:
+                # The secret is the first part of its match (a card, and the first digits
+                # of a phone after it): the search resumes where it ends.
+                matches = matcher.data.finditer(view, replaced)
             cursor = replaced
             keyed = self._named_like_credential(rule, view, match, matcher)
             if keyed is not None:
@@ -854,37 +858,112 @@ class Redactor:
         self, rejected: str, match: Any, view: bytes
     ) -> Iterator[tuple[str, Any, _Matcher]]:
         """After a number the checks turned down, the numbers to try instead, one after
-        another while they are turned down too: at the same start (another kind), or, when
-        what was turned down is no card laid out in groups (4-4-4-4, 4-6-5) nor a national
-        phone number, after a blank inside it (any kind). At one start the first detector
-        wins, and a run of digit groups long enough for a card matches as one: "0044 20 7946
-        0958" and "415-555-0123 415-555-0199" (two phones read as one card that fails), the
-        card in "qty 2 4111 1111 1111 1111" and the phone in "PIN 1234 415-555-0123" were
-        stored whole. Nowhere else inside: a shorter number there is part of the one turned
-        down (the card-like digits of an invalid IBAN, the "phone" ``0069 3752 7921`` of an
-        invalid card, a float's fraction). Each is one anchored match of the number
-        detectors alone, whose matches are a few dozen characters at most."""
-        starts = [match.start()]
-        matched = view[match.start() : match.end()]
+        another while they are turned down too (each an anchored match of the number
+        detectors alone, a few dozen characters at most):
+
+        - at the same start, another kind: at one start the first detector wins, and a run
+          of digit groups long enough for a card matches as one ("0044 20 7946 0958" and
+          "415-555-0123 415-555-0199", two phones read as one card that fails);
+        - a number dialled from abroad that runs into the next number ("+44 20 7946 0958
+          4111 1111 1111 1111": too many groups for one): the phone before a blank after
+          which a number its checks accept begins;
+        - after a blank inside it, when what was turned down is no card laid out in groups
+          (4-4-4-4, 4-6-5) nor a national phone number (the card in "qty 2 4111 1111 1111
+          1111", the phone in "PIN 1234 415-555-0123"); in a card laid out 4-4-4-4 (or
+          4-4-4) the short group at its end, the first digits of the number that follows
+          ("1234 5678 9012 3456 415-555-0123" matches as a 19-digit card);
+        - last, a number dialled with ``+`` that holds none of those: its longest valid
+          part before a blank ("+49 30 901820 12 34 56 78", an extension or more digits).
+          Not with ``00``, which also begins grouped zero-padded ids.
+
+        Nowhere else inside: a shorter number there is part of the one turned down (the
+        card-like digits of an invalid IBAN, the "phone" ``0069 3752 7921`` of an invalid
+        card, a float's fraction)."""
+        start = match.start()
+        matched = view[start : match.end()]
+        afters = _afters_blanks(view, start, match.end())
+        phone = match if rejected == "phone" else None
+        for candidate in self._numbers_at(view, start, frozenset((rejected,))):
+            yield candidate
+            if candidate[0] == "phone":
+                phone = candidate[1]  # (turned down too)
+        parts = []
+        if phone is not None and matched[:1] in (b"+", b"0"):
+            parts = self._phone_parts(view, phone)
+            for part, after in parts:
+                if self._number_accepted_at(view, after):
+                    yield "phone", part, self._phones
+        starts: list[int] = []
         if (rejected == "phone" and matched[:1] in (b"+", b"0")) or (
             rejected == "credit_card" and not card_layout(matched.decode("utf-8", "replace"))
         ):
-            starts += [match.start() + i + 1 for i, byte in enumerate(matched) if byte in _BLANKS]
-        for index, start in enumerate(starts):
-            tried = frozenset((rejected,)) if index == 0 else frozenset()
-            while True:
-                numbers = self._numbers.get(tried)
-                if numbers is None:
-                    chosen = [d for d in self._detectors if d.name in _NUMBER_RULES - tried]
-                    if not chosen:
-                        break
-                    numbers = self._numbers[tried] = _matcher(chosen, self._options, extras=False)
-                inner = numbers.data.match(view, start)
-                rule = None if inner is None else numbers.rule_of_group.get(inner.lastindex or 0)
-                if rule is None:
-                    break
-                yield rule, inner, numbers
-                tried |= {rule}  # (asked for the next one: this one was turned down)
+            starts = afters
+        elif rejected == "credit_card":
+            groups = _CARD_GROUP_SPLIT.split(matched)
+            if len(groups) >= 4 and len(groups[-1]) < 4:
+                starts = [match.end() - len(groups[-1])]
+        for after in starts:
+            yield from self._numbers_at(view, after, frozenset())
+        if matched[:1] == b"+":
+            for part, _ in parts:
+                yield "phone", part, self._phones
+
+    @functools.cached_property
+    def _phones(self) -> _Matcher:
+        """The phone detector alone (there is one when a phone was matched)."""
+        phones = self._number_matcher(frozenset({"phone"}))
+        assert phones is not None
+        return phones
+
+    def _phone_parts(self, view: bytes, phone: Any) -> list[tuple[Any, int]]:
+        """The phones that begin where ``phone`` (a number dialled from abroad, turned
+        down) does and end before a blank inside it, longest first, each with the offset
+        after its blank."""
+        start = phone.start()
+        parts = []
+        for after in reversed(_afters_blanks(view, start, phone.end())):
+            end = after - (2 if view[after - 2 : after] == b"\xc2\xa0" else 1)
+            part = self._phones.data.match(view, start, end)
+            if part is not None and part.end() == end:
+                parts.append((part, after))
+        return parts
+
+    def _numbers_at(
+        self, view: bytes, start: int, tried: frozenset[str]
+    ) -> Iterator[tuple[str, Any, _Matcher]]:
+        """The anchored matches at ``start`` of the number detectors but ``tried``, one kind
+        after another while they are turned down (asked for the next: this one was)."""
+        while True:
+            numbers = self._number_matcher(_NUMBER_RULES - tried)
+            if numbers is None:
+                return
+            inner = numbers.data.match(view, start)
+            rule = None if inner is None else numbers.rule_of_group.get(inner.lastindex or 0)
+            if rule is None:
+                return
+            yield rule, inner, numbers
+            tried |= {rule}
+
+    def _number_matcher(self, kinds: frozenset[str]) -> _Matcher | None:
+        """The matcher of the number detectors of ``kinds`` alone (None: none is enabled)."""
+        numbers = self._numbers.get(kinds)
+        if numbers is None:
+            chosen = [d for d in self._detectors if d.name in kinds]
+            if not chosen:
+                return None
+            numbers = self._numbers[kinds] = _matcher(chosen, self._options, extras=False)
+        return numbers
+
+    def _number_accepted_at(self, view: bytes, start: int) -> bool:
+        """Whether a number its checks accept begins at ``start``."""
+        for rule, inner, _ in self._numbers_at(view, start, frozenset()):
+            accept = self._accept.get(rule)
+            value = view[inner.start() : inner.end()].decode("utf-8", "replace")
+            if (accept is None or accept(value) is not None) and not _inside_uuid(
+                view, inner.start(), inner.end()
+            ):
+                return True
+        return False
 
     def _named_like_credential(
         self, rule: str, view: bytes, match: Any, matcher: _Matcher
@@ -1263,6 +1342,14 @@ def _inside_uuid(data: bytes, start: int, end: int) -> bool:
 
 _HEX_DIGIT = frozenset(bytes([c]) for c in b"0123456789abcdefABCDEF")
 _BLANKS = frozenset(b" \xa0")  # a blank, and the last byte of a no-break space
+
+
+def _afters_blanks(view: bytes, start: int, end: int) -> list[int]:
+    """The offsets right after each blank in ``view[start:end]``."""
+    return [start + i + 1 for i, byte in enumerate(view[start:end]) if byte in _BLANKS]
+
+
+_CARD_GROUP_SPLIT = re.compile(rb"(?:[ .-]|\xc2\xa0)+")  # rules._CARD_GROUPS, over UTF-8
 
 
 # In a segment with no escape but of ", \ and control characters (\u0041 or \/ could stand

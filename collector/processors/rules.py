@@ -182,6 +182,9 @@ def _card_in(text: str) -> str | None:
     of four (4-4-4-4, 4-6-5): ``4.123456789012345``, a float, is no card."""
     if _card_laid_out(text) and _card(text):
         return text
+    first = len(_CARD_GROUPS.split(text, maxsplit=1)[0])
+    if first != 4 and not 13 <= first <= 19:
+        return None  # no prefix is laid out as a card: each begins with this group
     for end in range(len(text) - 1, 12, -1):
         if text[end] not in _CARD_SEPARATORS:
             continue

@@ -1010,6 +1010,90 @@ def test_a_number_inside_a_longer_run_of_digit_groups_is_still_found(case: str) 
         assert (record.span_attributes["note"], record.redactions) == (f"score {number}", [])
 
 
+# A number, then another after one blank: the first regex match runs on into the second
+# (up to 19 digits for a card, six groups for a number dialled from abroad). Before: a card
+# accepted as the first part of its match, and a card (or card-like id) turned down with
+# the short fifth group of a 4-4-4-4 layout, hid the phone or SSN after them; a number
+# dialled from abroad with too many groups hid itself (and, with 00, the card after it).
+_LEADING_NUMBERS = {
+    "+44 20 7946 0958": ["phone"],
+    "0044 20 7946 0958": ["phone"],
+    "+49 30 901820": ["phone"],
+    "+1 415 555 0123": ["phone"],
+    "415-555-0123": ["phone"],
+    "(415) 555-0123": ["phone"],
+    "123-45-6789": ["us_ssn"],
+    "4111 1111 1111 1111": ["credit_card"],
+    "5555-5555-5555-4444": ["credit_card"],
+    "3782 822463 10005": ["credit_card"],
+    "DE89 3704 0044 0532 0130 00": ["iban"],
+    "4111 1111 1111 1113": [],  # fails its check digit
+    "4111-1111-1111-1113": [],
+    "4111111111111113": [],
+    "1234 5678 9012 3456": [],  # an id laid out as a card
+    "2024 01 15": [],
+    "qty 12": [],
+}
+_FOLLOWING_NUMBERS = {
+    "5555 5555 5555 4444": ["credit_card"],
+    "4111111111111111": ["credit_card"],
+    "3782 822463 10005": ["credit_card"],
+    "415 555 0199": ["phone"],
+    "(415) 555-0199": ["phone"],
+    "415-555-0199": ["phone"],
+    "+1 212 555 0100": ["phone"],
+    "+44 20 7946 0959": ["phone"],
+    "0044 20 7946 0959": ["phone"],
+    "123-45-6789": ["us_ssn"],
+}
+
+
+@pytest.mark.parametrize("leading", sorted(_LEADING_NUMBERS))
+def test_a_number_hides_no_number_right_after_it(leading: str) -> None:
+    """Every pair of a leading number (a secret, or digits that are none) and a secret
+    number after one blank, in three placements: each secret is replaced, nothing of it
+    stays in the clear, and the digits that are no secret stay."""
+    redactor = Redactor(KEY)
+    for following, rules in sorted(_FOLLOWING_NUMBERS.items()):
+        text = f"{leading} {following}"
+        expected = _LEADING_NUMBERS[leading] + rules
+        secrets = [following] + ([leading] if _LEADING_NUMBERS[leading] else [])
+        for placement in (text, f"note: {text}.", json.dumps({"m": [{"content": text}]})):
+            record = span(span_attributes={"note": placement})
+            redactor([record])
+            stored = record.span_attributes["note"]
+            assert [e.rsplit(":", 1)[1] for e in record.redactions] == expected, placement
+            assert not [s for s in secrets if s in stored], stored
+            assert stored.count("<") == len(expected), stored
+            if not _LEADING_NUMBERS[leading]:
+                assert leading in stored, stored
+
+
+def test_a_number_dialled_from_abroad_with_more_digits_is_replaced_in_its_longest_part() -> None:
+    """A number written with "+" whose groups are too many for one phone (an extension,
+    digits after it) has its longest valid part replaced, not all of it kept; with "00"
+    (grouped zero-padded ids begin so too) it is kept."""
+    redactor = Redactor(KEY)
+    record = span(
+        span_attributes={
+            "a": "tel +49 30 901820 12 34 56 78",
+            "b": "tel +1 415 555 0123 12345678",
+            "c": "id 0049 30 901820 12 34 56 78",
+        }
+    )
+    redactor([record])
+    assert (
+        record.span_attributes["a"]
+        == "tel " + redactor.pseudonym("phone", "+49 30 901820 12 34") + " 56 78"
+    )
+    assert (
+        record.span_attributes["b"]
+        == "tel " + redactor.pseudonym("phone", "+1 415 555 0123") + " 12345678"
+    )
+    assert record.span_attributes["c"] == "id 0049 30 901820 12 34 56 78"
+    assert record.redactions == ["attr.a:phone", "attr.b:phone"]
+
+
 def test_a_number_turned_down_costs_a_look_at_the_number_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
