@@ -922,7 +922,9 @@ class Redactor:
         start = phone.start()
         parts = []
         for after in reversed(_afters_blanks(view, start, phone.end())):
-            end = after - (2 if view[after - 2 : after] == b"\xc2\xa0" else 1)
+            end = len(view[start:after].rstrip(_BLANK_BYTES)) + start
+            if view[after : after + 1] in (b" ", b"\xc2"):
+                continue  # (inside a run of blanks: tried from the last of them)
             part = self._phones.data.match(view, start, end)
             if part is not None and part.end() == end:
                 parts.append((part, after))
@@ -1342,6 +1344,7 @@ def _inside_uuid(data: bytes, start: int, end: int) -> bool:
 
 _HEX_DIGIT = frozenset(bytes([c]) for c in b"0123456789abcdefABCDEF")
 _BLANKS = frozenset(b" \xa0")  # a blank, and the last byte of a no-break space
+_BLANK_BYTES = b" \xc2\xa0"  # (a no-break space is the last two)
 
 
 def _afters_blanks(view: bytes, start: int, end: int) -> list[int]:

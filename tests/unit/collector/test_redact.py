@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+import itertools
 import json
 import random
 import string
@@ -1035,6 +1036,9 @@ _LEADING_NUMBERS = {
     "qty 12": [],
 }
 _FOLLOWING_NUMBERS = {
+    "GB82 WEST 1234 5698 7654 32": ["iban"],
+    "4111-1111-1111-1111": ["credit_card"],
+    "415.555.0199": ["phone"],
     "5555 5555 5555 4444": ["credit_card"],
     "4111111111111111": ["credit_card"],
     "3782 822463 10005": ["credit_card"],
@@ -1051,11 +1055,13 @@ _FOLLOWING_NUMBERS = {
 @pytest.mark.parametrize("leading", sorted(_LEADING_NUMBERS))
 def test_a_number_hides_no_number_right_after_it(leading: str) -> None:
     """Every pair of a leading number (a secret, or digits that are none) and a secret
-    number after one blank, in three placements: each secret is replaced, nothing of it
+    number after a blank (one, two, a no-break space, a comma), in three placements: each secret is replaced, nothing of it
     stays in the clear, and the digits that are no secret stay."""
     redactor = Redactor(KEY)
-    for following, rules in sorted(_FOLLOWING_NUMBERS.items()):
-        text = f"{leading} {following}"
+    for (following, rules), blank in itertools.product(
+        sorted(_FOLLOWING_NUMBERS.items()), (" ", "  ", "\u00a0", ", ")
+    ):
+        text = f"{leading}{blank}{following}"
         expected = _LEADING_NUMBERS[leading] + rules
         secrets = [following] + ([leading] if _LEADING_NUMBERS[leading] else [])
         for placement in (text, f"note: {text}.", json.dumps({"m": [{"content": text}]})):
