@@ -271,6 +271,30 @@ def gen_email(rng: random.Random) -> Secret:
     return _with_parts(address, address, address.lower())
 
 
+# Letters beyond ASCII, by script: an address may be written in any of them (RFC 6531).
+_WIDE_LETTERS = ("äöüßéèñçøåłž", "αβγδελμπσω", "абвгдежзий", "张伟佐藤李王明", "محمدعلي", "אבגדה")
+
+
+def gen_email_intl(rng: random.Random) -> Secret:
+    """An address with letters beyond ASCII in its local part, and sometimes its domain
+    (jürgen.müller@firma.de, 张伟@example.com, user@bücher.de)."""
+    letters = rng.choice(_WIDE_LETTERS)
+
+    def wide(word: str, count: int) -> str:
+        chars = list(word)
+        for index in rng.sample(range(len(chars)), min(count, len(chars))):
+            chars[index] = rng.choice(letters)
+        return "".join(chars)
+
+    local = f"{wide(_word(rng, 4, 7), rng.randint(1, 3))}.{wide(_word(rng, 4, 8), 1)}"
+    if rng.random() < 0.3:
+        local = "".join(rng.choice(letters) for _ in range(rng.randint(2, 6)))
+    domain = _word(rng, 4, 7) if rng.random() < 0.6 else wide(_word(rng, 4, 7), 2)
+    tld = rng.choice(["com", "de", "org", "es", "fr", "рф", "中国"])
+    address = f"{local}@{domain}.{tld}"
+    return _with_parts(address, address, local + "@", address.lower())
+
+
 def gen_phone_e164(rng: random.Random) -> Secret:
     style = rng.choice(["e164_spaced", "e164_dashed", "e164_compact", "e164_parens", "intl"])
     if style == "intl":
@@ -510,6 +534,7 @@ CORE_KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
         Kind("email", gen_email),
+        Kind("email_intl", gen_email_intl),
         Kind("phone_e164", gen_phone_e164),
         Kind("phone_nanp", gen_phone_nanp),
         Kind("card_spaced", _card_kind("spaced")),

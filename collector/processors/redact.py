@@ -1280,7 +1280,8 @@ def _percent_decoded(text: str) -> str | None:
 
 def _base64_text(blob: bytes) -> str | None:
     """The text a base64 blob holds: all of it when it decodes to text, else its printable
-    runs (as ``strings`` finds them), so a key inside a binary payload is still seen."""
+    runs (as ``strings`` finds them, in UTF-8), so a key inside a binary payload is still
+    seen."""
     if all(c in b"0123456789abcdefABCDEF" for c in blob):
         return None  # a hex id or hash
     padded = blob.rstrip(b"=")
@@ -1297,11 +1298,13 @@ def _base64_text(blob: bytes) -> str | None:
         printable = sum(1 for c in text if c.isprintable() or c in "\r\n\t")
         if text and printable >= 0.95 * len(text):
             return text
-    runs = _PRINTABLE_RUN.findall(raw)
-    return b"\n".join(runs).decode("ascii") if runs else None
+    runs = _PRINTABLE_RUN.findall(raw.decode("utf-8", "replace"))
+    return "\n".join(runs) if runs else None
 
 
-_PRINTABLE_RUN = re.compile(rb"[\x20-\x7e\t]{6,}")
+# Printable text in binary, in any script (a UTF-8 address of jürgen.müller@… whole): no
+# control character, and no byte that is not UTF-8 (decoded as U+FFFD).
+_PRINTABLE_RUN = re.compile("[^\x00-\x08\x0a-\x1f\x7f-\x9f\ufffd]{6,}")
 
 
 def _block_end(data: bytes, key_start: int, value_start: int, value_end: int) -> int:

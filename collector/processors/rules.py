@@ -290,6 +290,9 @@ _AUTH_SCHEMES = frozenset(
     {"bearer", "digest", "apikey", "negotiate", "flyv1", "sharedaccesssignature"}
 )
 _SEP = r"[ .\x{00a0}-]"  # separators inside numbers, incl. the no-break space
+# A letter (or combining mark) beyond ASCII: what is neither ASCII, punctuation, a symbol, a
+# separator, a control character nor a digit. RE2's \b and \w are ASCII only.
+_WIDE_LETTER = r"[^\x00-\x7F\p{P}\p{S}\p{Z}\p{C}\p{N}]"
 # A quote around a key or a value, escaped when the text sits inside a JSON string.
 _QUOTE = r"(?:\\?[\"'])"
 # Key names (not secrets) that announce a secret value in text.
@@ -386,9 +389,14 @@ DETECTORS: tuple[Detector, ...] = (
         r"\s*(?P<xml_token__value>[^<\s\x00][^<\x00]*)<",
         _whole(lambda value: any(c.isalpha() for c in value)),
     ),
+    # Addresses of any script (RFC 6531: jürgen.müller@firma.de, josé@empresa.es,
+    # 张伟@example.com, user@bücher.de): a letter beyond ASCII is part of the address, and
+    # so is an apostrophe after its first character (o'brien@example.com).
     Detector(
         "email",
-        r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
+        rf"(?:\b[A-Za-z0-9._%+-]|{_WIDE_LETTER})(?:[A-Za-z0-9._%+'-]|{_WIDE_LETTER})*"
+        rf"@(?:[A-Za-z0-9-]|{_WIDE_LETTER})+(?:\.(?:[A-Za-z0-9-]|{_WIDE_LETTER})+)*"
+        rf"\.(?:[A-Za-z]{{2,}}\b|[A-Za-z]*{_WIDE_LETTER}(?:[A-Za-z]|{_WIDE_LETTER})*)",
         _whole(lambda value: value.rsplit(".", 1)[-1].lower() not in _FILE_EXTENSIONS),
         str.lower,
     ),

@@ -1011,6 +1011,71 @@ def test_a_number_inside_a_longer_run_of_digit_groups_is_still_found(case: str) 
         assert (record.span_attributes["note"], record.redactions) == (f"score {number}", [])
 
 
+_WIDE_ADDRESSES = (
+    "jürgen.müller@firma.de",
+    "josé@empresa.es",
+    "Émile.Zola@exemple.fr",
+    "张伟@example.com",
+    "user@bücher.de",
+    "søren.kierkegaard@universitet.dk",
+    "иван@пример.рф",
+    "o'brien@example.com",
+)
+
+
+@pytest.mark.parametrize("address", _WIDE_ADDRESSES)
+def test_an_address_with_letters_beyond_ascii_is_replaced_whole(address: str) -> None:
+    """An address in any script (RFC 6531) is one e-mail, not the ASCII run before its "@"
+    (before: "jürgen.mü<email:…>", and josé@…, 张伟@…, user@bücher.de kept whole), in
+    every placement, with one pseudonym; the punctuation around it stays."""
+    redactor = Redactor(KEY)
+    expected = redactor.pseudonym("email", address)
+    binary = b"\xff\xfe" + address.encode() + b"\x00\x01"
+    record = span(
+        span_attributes={
+            "value": address,
+            "sentence": f"Kontakt\uff1a{address}。Danke",
+            "json": json.dumps({"from": address}),
+            "json_utf8": json.dumps({"from": address}, ensure_ascii=False),
+            "key": json.dumps({address: {"role": "customer"}}),
+            "binary": "base64:" + base64.b64encode(binary).decode(),
+        }
+    )
+    redactor([record])
+    stored = record.span_attributes
+    assert stored["value"] == expected
+    assert stored["sentence"] == f"Kontakt\uff1a{expected}。Danke"
+    assert json.loads(stored["json"]) == {"from": expected}
+    assert json.loads(stored["json_utf8"]) == {"from": expected}
+    assert json.loads(stored["key"]) == {expected: {"role": "customer"}}
+    assert stored["binary"].startswith("<base64_blob:")
+    local = address.split("@")[0]
+    assert not [v for v in stored.values() if local in v or local.lower() in v], stored
+    assert redactor.pseudonym("email", address.upper()) == expected  # one address, any case
+
+
+def test_an_address_is_not_made_of_what_is_no_letter() -> None:
+    """Beyond ASCII only letters (and marks) are part of an address: full-width and CJK
+    punctuation, dashes and symbols around it stay, and an asset name is no address."""
+    redactor = Redactor(KEY)
+    record = span(
+        span_attributes={
+            "a": "「a.b@example.com」",
+            "b": "—a.b@example.com—",
+            "c": "→a.b@example.com←",
+            "d": "logo@2x.png ünd icon@3x.webp",
+        }
+    )
+    redactor([record])
+    address = redactor.pseudonym("email", "a.b@example.com")
+    assert record.span_attributes == {
+        "a": f"「{address}」",
+        "b": f"—{address}—",
+        "c": f"→{address}←",
+        "d": "logo@2x.png ünd icon@3x.webp",
+    }
+
+
 # A number, then another after one blank: the first regex match runs on into the second
 # (up to 19 digits for a card, six groups for a number dialled from abroad). Before: a card
 # accepted as the first part of its match, and a card (or card-like id) turned down with

@@ -335,7 +335,11 @@ def test_each_segment_is_named_with_every_detector_that_matches_it_alone() -> No
         if not finder.covers(data):
             continue
         found = finder.segments(data, starts, limit=10**6)
-        assert found is not None
+        if found is None:
+            # Over UTF-8 the every-match database does not build (a key's value forms are
+            # too large for Hyperscan there): segments decline, and the caller searches.
+            assert not data.isascii(), sample
+            continue
         for index, pattern in enumerate(compiled):
             if pattern.search(sample.encode()) is not None:
                 checked += 1
