@@ -17,6 +17,7 @@ from functools import lru_cache
 __all__ = [
     "DETECTORS",
     "VERIFIED",
+    "WIDE_LETTER",
     "Detector",
     "RedactionConfig",
     "card_layout",
@@ -290,9 +291,10 @@ _AUTH_SCHEMES = frozenset(
     {"bearer", "digest", "apikey", "negotiate", "flyv1", "sharedaccesssignature"}
 )
 _SEP = r"[ .\x{00a0}-]"  # separators inside numbers, incl. the no-break space
-# A letter (or combining mark) beyond ASCII: what is neither ASCII, punctuation, a symbol, a
-# separator, a control character nor a digit. RE2's \b and \w are ASCII only.
-_WIDE_LETTER = r"[^\x00-\x7F\p{P}\p{S}\p{Z}\p{C}\p{N}]"
+WIDE_LETTER = r"[^\x00-\x7F\p{P}\p{S}\p{Z}\p{C}\p{N}]"
+"""A letter (or combining mark) beyond ASCII: what is neither ASCII, punctuation, a symbol,
+a separator, a control character nor a digit (RE2's ``\\b`` and ``\\w`` are ASCII only). The
+prefilter's shadow stands for it with one byte (``prefilter.shadow_pattern``)."""
 # A quote around a key or a value, escaped when the text sits inside a JSON string.
 _QUOTE = r"(?:\\?[\"'])"
 # Key names (not secrets) that announce a secret value in text.
@@ -394,9 +396,9 @@ DETECTORS: tuple[Detector, ...] = (
     # so is an apostrophe after its first character (o'brien@example.com).
     Detector(
         "email",
-        rf"(?:\b[A-Za-z0-9._%+-]|{_WIDE_LETTER})(?:[A-Za-z0-9._%+'-]|{_WIDE_LETTER})*"
-        rf"@(?:[A-Za-z0-9-]|{_WIDE_LETTER})+(?:\.(?:[A-Za-z0-9-]|{_WIDE_LETTER})+)*"
-        rf"\.(?:[A-Za-z]{{2,}}\b|[A-Za-z]*{_WIDE_LETTER}(?:[A-Za-z]|{_WIDE_LETTER})*)",
+        rf"(?:\b[A-Za-z0-9._%+-]|{WIDE_LETTER})(?:[A-Za-z0-9._%+'-]|{WIDE_LETTER})*"
+        rf"@(?:[A-Za-z0-9-]|{WIDE_LETTER})+(?:\.(?:[A-Za-z0-9-]|{WIDE_LETTER})+)*"
+        rf"\.(?:[A-Za-z]{{2,}}\b|[A-Za-z]*{WIDE_LETTER}(?:[A-Za-z]|{WIDE_LETTER})*)",
         _whole(lambda value: value.rsplit(".", 1)[-1].lower() not in _FILE_EXTENSIONS),
         str.lower,
     ),
