@@ -573,7 +573,7 @@ class Redactor:
             if not by_chars and self._shadow_prefilter is not None:
                 # Beyond ASCII the scan runs on the text's shadow, a byte per character,
                 # which Hyperscan scans as bytes, ~1.7x faster than UTF-8 (prefilter.shadow).
-                finder, data, by_chars = self._shadow_prefilter, prefilter.shadow(view), True
+                finder, data, by_chars = self._shadow_prefilter, prefilter.shadow(data), True
             offset = 0
             for text in texts:
                 starts.append(offset)
