@@ -52,6 +52,7 @@ from collector.processors.rules import (
     WIDE_LETTER,
     Detector,
     RedactionConfig,
+    card_groups,
     card_layout,
     is_sensitive_key,
     key_hints,
@@ -907,13 +908,14 @@ class Redactor:
                 if self._number_accepted_at(view, after):
                     yield "phone", part, self._phones
         starts: list[int] = []
+        number = matched.decode("utf-8", "replace")
         if (rejected == "phone" and matched[:1] in (b"+", b"0")) or (
-            rejected == "credit_card" and not card_layout(matched.decode("utf-8", "replace"))
+            rejected == "credit_card" and not card_layout(number)
         ):
             starts = afters
         elif rejected == "credit_card":
-            groups = _CARD_GROUP_SPLIT.split(matched)
-            if len(groups) >= 4 and len(groups[-1]) < 4:
+            groups = card_groups(number)
+            if len(groups) >= 4 and len(groups[-1]) < 4:  # (digits: one byte each)
                 starts = [match.end() - len(groups[-1])]
         for after in starts:
             yield from self._numbers_at(view, after, frozenset())
@@ -1366,9 +1368,6 @@ _BLANK_BYTES = b" \xc2\xa0"  # (a no-break space is the last two)
 def _afters_blanks(view: bytes, start: int, end: int) -> list[int]:
     """The offsets right after each blank in ``view[start:end]``."""
     return [start + i + 1 for i, byte in enumerate(view[start:end]) if byte in _BLANKS]
-
-
-_CARD_GROUP_SPLIT = re.compile(rb"(?:[ .-]|\xc2\xa0)+")  # rules._CARD_GROUPS, over UTF-8
 
 
 # In a segment with no escape but of ", \ and control characters (\u0041 or \/ could stand

@@ -20,6 +20,7 @@ __all__ = [
     "WIDE_LETTER",
     "Detector",
     "RedactionConfig",
+    "card_groups",
     "card_layout",
     "is_sensitive_key",
     "key_hints",
@@ -206,12 +207,17 @@ def _card_laid_out(text: str) -> bool:
     return len(groups) == 1 or len(groups[0]) == 4
 
 
+def card_groups(text: str) -> list[str]:
+    """The groups of digits a number is written in (split at its separators)."""
+    return _CARD_GROUPS.split(text)
+
+
 def card_layout(text: str) -> bool:
     """Whether ``text`` is laid out as cards are: in one piece, or in groups 4-4-4-4 (the
     last shorter, or a fifth of up to 3 after it, for 13-19 digits), 4-6-5 or 4-6-4. A
     number in other groups that fails a card's checks may hold another number after a
     blank (the redactor's ``_numbers_within``)."""
-    sizes = [len(group) for group in _CARD_GROUPS.split(text)]
+    sizes = [len(group) for group in card_groups(text)]
     if len(sizes) == 1 or sizes[0] != 4:
         return len(sizes) == 1
     if sizes[1] == 6:
