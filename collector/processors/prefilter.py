@@ -260,6 +260,11 @@ def shadow(data: bytes) -> bytes:
     return data.replace(b"\xc2\xa0", b"\x02").translate(_SHADOW_TABLE, _CONTINUATION_BYTES)
 
 
+# What could name a shadow's own bytes (\x01, \x02): a range from below them, the bytes
+# themselves, control characters as a class.
+_NAMES_SHADOW_BYTES = re.compile(
+    r"\\x(?:\{0*[0-2]\}|0[0-2])-(?!\])|\\x(?:\{0*[12]\}|0[12])|\[:cntrl:\]|\\c"
+)
 _HEX_ESCAPE = re.compile(r"x(?:\{([0-9A-Fa-f]+)\}|([0-9A-Fa-f]{2}))")
 
 
@@ -268,6 +273,8 @@ def shadow_pattern(pattern: str, letter: str) -> str | None:
     use) as the class of ``\\x01``, the no-break space as ``\\x02``; None when the
     pattern names any other character beyond ASCII (or holds one, or ``\\p``, ``\\P``,
     ``\\C``), which a shadow cannot stand for."""
+    if _NAMES_SHADOW_BYTES.search(pattern.replace(letter, "")):
+        return None  # [^\x00-\x1f]: a character beyond ASCII matches, its byte would not
     text = pattern.replace(letter, "[\\x01]")
     out: list[str] = []
     index = 0

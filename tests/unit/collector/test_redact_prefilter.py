@@ -405,7 +405,11 @@ def test_a_shadow_is_a_byte_per_character_and_stands_only_for_what_it_can() -> N
     assert prefilter.shadow_pattern(r"\d[ .\x{00a0}-]\d", WIDE_LETTER) == r"\d[ .\x02-]\d"
     assert prefilter.shadow_pattern(f"a{WIDE_LETTER}+", WIDE_LETTER) == r"a[\x01]+"
     assert prefilter.shadow_pattern(r"\\p\\x{00a0}", WIDE_LETTER) == r"\\p\\x{00a0}"  # escaped \
-    for pattern in (r"\p{L}+", r"\x{2028}", r"\xe9", "caf\u00e9", r"\C"):
+    assert prefilter.shadow_pattern(r"[^A-Z\x00-]", WIDE_LETTER) == r"[^A-Z\x00-]"  # "-" alone
+    # A class of control characters could exclude the shadow's bytes: a character beyond
+    # ASCII matches [^\x00-\x1f] and its byte would not.
+    for pattern in (r"\p{L}+", r"\x{2028}", r"\xe9", "caf\u00e9", r"\C", r"[^\x00-\x1f]+",
+                    r"[^\x01]", r"[^[:cntrl:]]+", r"[^\x{0}-\x{8}]"):  # fmt: skip
         assert prefilter.shadow_pattern(pattern, WIDE_LETTER) is None, pattern
 
 
