@@ -252,7 +252,8 @@ class Redactor:
         self._numbers: dict[frozenset[str], _Matcher] = {}
         """Number detectors of some kinds, alone (``_number_matcher``)."""
         self._prefilter: prefilter.Prefilter | None = None
-        self._shadow_prefilter: prefilter.Prefilter | None = None
+        self._shadowed = False
+        """Whether the prefilter's patterns are over shadows (``_scanned``)."""
         if prefilter.AVAILABLE if use_prefilter is None else use_prefilter:
             # Pattern i + 1 is detector i; the scan's own patterns follow. The base64 runs
             # stay with RE2: a run of 31+ letters is costly for Hyperscan to count and cheap
@@ -271,14 +272,15 @@ class Redactor:
                 # (no word boundary before them: that made the scan 3x slower).
                 "loose": {len(detectors) + 1: _BASE64_BLOB_LOOSE},
             }
-            self._prefilter = prefilter.Prefilter(patterns, **selection)
-            # The same patterns over shadows, for text beyond ASCII; none when a user's
-            # pattern names a character beyond ASCII a shadow cannot stand for.
+            # The patterns over shadows (prefilter.shadow): text beyond ASCII is scanned as
+            # its shadow, as bytes, and no database for UTF-8 is built (they took 4-5 s of
+            # a worker's start). Over UTF-8 only when a user's pattern names a character
+            # beyond ASCII a shadow cannot stand for.
             shadows = [prefilter.shadow_pattern(p, WIDE_LETTER) for p in patterns]
-            if all(shadow is not None for shadow in shadows):
-                self._shadow_prefilter = prefilter.Prefilter(
-                    [p for p in shadows if p is not None], bytes_only=True, **selection
-                )
+            self._shadowed = all(shadow is not None for shadow in shadows)
+            if self._shadowed:
+                patterns = [p for p in shadows if p is not None]
+            self._prefilter = prefilter.Prefilter(patterns, bytes_only=self._shadowed, **selection)
         self._subsets: dict[frozenset[int], _Matcher] = {}
         self._matchable = frozenset(range(len(detectors) + 2))  # what a subset is made of
         self._scan_bytes = re2.compile(self._scan.pattern.encode(), options)
@@ -571,10 +573,10 @@ class Redactor:
         # Offsets in what was searched: characters, or UTF-8 bytes.
         starts: list[int] = []
         if engine and finder is not None and finder.covers(data):
-            if not by_chars and self._shadow_prefilter is not None:
+            if not by_chars and self._shadowed:
                 # Beyond ASCII the scan runs on the text's shadow, a byte per character,
                 # which Hyperscan scans as bytes, ~1.7x faster than UTF-8 (prefilter.shadow).
-                finder, data, by_chars = self._shadow_prefilter, prefilter.shadow(data), True
+                data, by_chars = prefilter.shadow(data), True
             offset = 0
             for text in texts:
                 starts.append(offset)
@@ -624,8 +626,13 @@ class Redactor:
         except UnicodeEncodeError:  # a lone surrogate: RE2 takes UTF-8 only
             return True
         if self._prefilter is not None and self._prefilter.covers(data):
-            return self._prefilter.first_end(data) >= 0
+            return self._prefilter.first_end(self._scanned(data)) >= 0
         return self._scan.search(view) is not None
+
+    def _scanned(self, data: bytes) -> bytes:
+        """What the prefilter scans for ``data`` (valid UTF-8 it ``covers``): its shadow
+        beyond ASCII when the prefilter's patterns are over shadows, else itself."""
+        return prefilter.shadow(data) if self._shadowed and not data.isascii() else data
 
     def _every_detector(self, data: bytes) -> _Matcher:
         """The matcher of all detectors; the providers only when their loosened form is in
@@ -650,7 +657,7 @@ class Redactor:
         ):
             found = hinted
         else:
-            found = finder.ids(data)
+            found = finder.ids(self._scanned(data))
         # Ids 0 (pseudonyms) to len(detectors) + 1 (base64 runs); the scan's own above.
         chosen = self._matchable.intersection(found)
         if not chosen:
