@@ -1281,9 +1281,9 @@ _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 
 def _json_text(document: Any, floats: bool) -> str:
     """A walked document written again, compact, as ``_COMPACT_JSON`` writes it: by orjson
-    (~10x faster, the same text) unless ``floats``: it holds a float orjson writes otherwise
-    (``_written_alike``), or it holds an integer beyond 64 bits or a lone surrogate (orjson
-    refuses both)."""
+    (~10x faster, the same text) unless ``floats`` (it holds a float orjson writes
+    otherwise: ``_written_alike``) or orjson refuses it (an integer beyond 64 bits, a lone
+    surrogate)."""
     if not floats:
         try:
             return orjson.dumps(document).decode()
