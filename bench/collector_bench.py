@@ -981,16 +981,25 @@ def _stability(windows: list[dict[str, float]]) -> str:
     """The windows' spread, and their last third against their first: throughput, and the
     CPU per span of the collector process and of the workers (see ``run_stability``)."""
 
-    def spread(key: str) -> str:
-        values = [w[key] for w in windows]
+    def trend(values: list[float]) -> float:
         third = max(1, len(values) // 3)
         first, last = values[:third], values[-third:]
-        trend = (sum(last) / len(last)) / (sum(first) / len(first))
-        return f"{min(values):,.0f}-{max(values):,.0f} (last third / first {trend:.2f}x)"
+        return (sum(last) / len(last)) / (sum(first) / len(first))
 
+    def spread(key: str) -> str:
+        values = [w[key] for w in windows]
+        return f"{min(values):,.0f}-{max(values):,.0f} (last third / first {trend(values):.2f}x)"
+
+    # Throughput in the machine's own speed of the window: spans/s times the workers' CPU
+    # per span (the same Python work on every window, so it moves with the machine alone).
+    # On a shared machine whose speed drifts (0.84x and 1.18x in two rounds of one day) this
+    # stays near 1.00x unless the collector's store or loop slows down. A worker slowing
+    # down by itself would hide here: its CPU per span, printed beside, shows that.
+    adjusted = trend([w["spans_per_s"] * w["workers_cpu_us_per_span"] for w in windows])
     last = windows[-1]
     return (
-        f"{spread('spans_per_s')} spans/s; CPU µs per span: collector "
+        f"{spread('spans_per_s')} spans/s; in the machine's speed of each window "
+        f"{adjusted:.2f}x; CPU µs per span: collector "
         f"{spread('collector_cpu_us_per_span')}, workers {spread('workers_cpu_us_per_span')}; "
         f"peak RSS collector {last['collector_peak_rss_mib']:.0f} MiB + workers "
         f"{last['workers_peak_rss_mib']:.0f} MiB"
