@@ -107,7 +107,10 @@ class Prefilter:
         if hyperscan is None:
             raise RuntimeError("the hyperscan package is not installed")
         self._patterns = tuple(patterns)
-        self.side = _side_of(self._patterns, tuple(sorted(set(side))))
+        # Patterns the databases cannot take are found in the mode they are built in: bytes
+        # for shadows (a check over UTF-8 too took 0.7 s of every start, ADR 50).
+        flags = hyperscan.HS_FLAG_SINGLEMATCH if bytes_only else _UTF8
+        self.side = _side_of(self._patterns, tuple(sorted(set(side))), flags)
         self._select_only = frozenset(select_only)
         side_pattern = "|".join(f"(?:{unanchored(patterns[i])})" for i in self.side)
         options = re2.Options()
@@ -341,14 +344,15 @@ def unanchored(pattern: str, also: tuple[str, ...] = ()) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _side_of(patterns: tuple[str, ...], side: tuple[int, ...]) -> tuple[int, ...]:
-    """``side`` and every pattern Hyperscan cannot take: a non-ASCII literal (case folding
-    beyond ASCII is RE2's alone) or syntax it has not (``\\C``, ``\\pN``...)."""
+def _side_of(patterns: tuple[str, ...], side: tuple[int, ...], flags: int) -> tuple[int, ...]:
+    """``side`` and every pattern Hyperscan cannot take with ``flags``: a non-ASCII literal
+    (case folding beyond ASCII is RE2's alone) or syntax it has not (``\\C``, ``\\pN``...).
+    The check's database is the one ``_compiled`` builds next for all of them (memoized)."""
     rest = set(side)
     rest.update(i for i, pattern in enumerate(patterns) if not pattern.isascii())
     chosen = {i: _expression(p) for i, p in enumerate(patterns) if i not in rest}
-    if _database(chosen, _UTF8) is None and chosen:
-        rest.update(i for i, e in chosen.items() if _database({i: e}, _UTF8) is None)
+    if _database(chosen, flags) is None and chosen:
+        rest.update(i for i, e in chosen.items() if _database({i: e}, flags) is None)
     return tuple(sorted(rest))
 
 
@@ -521,15 +525,22 @@ def _head(pattern: str) -> str:
 
 
 def _database(expressions: dict[int, bytes], flags: int) -> Any:
+    """The database of ``expressions``; None when Hyperscan will not take them. The same set
+    compiled twice is compiled once (``_side_of``'s check, then ``_compiled``)."""
     if not expressions:
         return None
+    return _database_of(tuple(expressions.items()), flags)
+
+
+@functools.lru_cache(maxsize=8)
+def _database_of(items: tuple[tuple[int, bytes], ...], flags: int) -> Any:
     database = hyperscan.Database()
     try:
         database.compile(
-            expressions=list(expressions.values()),
-            ids=list(expressions),
-            elements=len(expressions),
-            flags=[flags] * len(expressions),
+            expressions=[expression for _, expression in items],
+            ids=[i for i, _ in items],
+            elements=len(items),
+            flags=[flags] * len(items),
         )
     except hyperscan.error:
         return None
