@@ -107,6 +107,7 @@ class Prefilter:
         if hyperscan is None:
             raise RuntimeError("the hyperscan package is not installed")
         self._patterns = tuple(patterns)
+        self._bytes_only = bytes_only
         # Patterns the databases cannot take are found in the mode they are built in: bytes
         # for shadows (a check over UTF-8 too took 0.7 s of every start, ADR 50).
         flags = hyperscan.HS_FLAG_SINGLEMATCH if bytes_only else _UTF8
@@ -140,6 +141,10 @@ class Prefilter:
         """(database, this thread's scratch space for it); ASCII text is scanned by a
         database compiled for bytes, which is faster and the same on ASCII. ``every``: the
         database of ``segments``."""
+        if self._bytes_only and not ascii_only:
+            # Its patterns stand for text beyond ASCII only over shadows: over UTF-8 they
+            # would miss a letter beyond ASCII, and a secret with it.
+            raise ValueError("a bytes-only prefilter was given text beyond ASCII, not its shadow")
         if every:
             database = _every_match(self._patterns, self.side, self._loose, ascii_only)
         else:

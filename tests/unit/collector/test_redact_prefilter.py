@@ -228,8 +228,12 @@ def test_a_bytes_only_prefilter_finds_what_it_cannot_compile_in_its_own_mode() -
     finder = prefilter.Prefilter(patterns, bytes_only=True)
     assert finder.side == (1,)
     assert finder.ids(b"foo12") == {0}
-    assert finder.ids("x\u2028y".encode()) == {1}
     assert finder.first_end(b"..foo1") == 6
+    # Given UTF-8 rather than a shadow, it says so instead of scanning with patterns that
+    # stand for letters beyond ASCII only over shadows.
+    for scan in (finder.ids, finder.first_end, lambda data: finder.segments(data, [0], 10)):
+        with pytest.raises(ValueError, match="shadow"):
+            scan("foo1 j\u00fcrgen".encode())
 
 
 def test_a_redactor_builds_each_database_once_and_none_for_utf8(
