@@ -318,6 +318,32 @@ def gen_phone_nanp(rng: random.Random) -> Secret:
     return Secret(text, (text, digits))
 
 
+# Separators beyond ASCII a number's groups are written with: the figure, thin and narrow
+# no-break spaces (typesetting), the hyphen, the no-break hyphen (web pages keep a phone
+# number on one line with it), the figure dash, the en and em dashes (a word processor's), the
+# horizontal bar, the minus sign, the small and full-width hyphen-minus.
+WIDE_SEPARATORS = "\u2007\u2009\u202f\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"
+
+
+def gen_phone_wide_separator(rng: random.Random) -> Secret:
+    """A phone number whose dashes are each one of ``WIDE_SEPARATORS`` (415\u2011555\u20110199)."""
+    style = rng.choice(["e164_dashed", "e164_parens", "nanp_parens", "nanp_dashed"])
+    text = format_phone(*_nanp(rng), style).replace("-", rng.choice(WIDE_SEPARATORS))
+    digits = "".join(c for c in text if c.isdigit())
+    return _with_parts(text, text, digits)
+
+
+def gen_card_wide_separator(rng: random.Random) -> Secret:
+    digits = card_digits(rng)
+    text = format_card(digits, "dashed").replace("-", rng.choice(WIDE_SEPARATORS))
+    return _with_parts(text, text, digits)
+
+
+def gen_us_ssn_wide_separator(rng: random.Random) -> Secret:
+    text = gen_us_ssn(rng).text.replace("-", rng.choice(WIDE_SEPARATORS))
+    return Secret(text, (text, "".join(c for c in text if c.isdigit())))
+
+
 def _card_kind(style: str) -> Generator:
     def generate(rng: random.Random) -> Secret:
         digits = card_digits(rng)
@@ -537,14 +563,17 @@ CORE_KINDS: dict[str, Kind] = {
         Kind("email_intl", gen_email_intl),
         Kind("phone_e164", gen_phone_e164),
         Kind("phone_nanp", gen_phone_nanp),
+        Kind("phone_wide_separator", gen_phone_wide_separator),
         Kind("card_spaced", _card_kind("spaced")),
         Kind("card_dashed", _card_kind("dashed")),
         Kind("card_compact", _card_kind("compact")),
+        Kind("card_wide_separator", gen_card_wide_separator),
         Kind("card_json_number", _card_number, as_json_number=True),
         Kind("iban_upper", _iban_kind("upper")),
         Kind("iban_lower", _iban_kind("lower")),
         Kind("iban_spaced", _iban_kind("spaced")),
         Kind("us_ssn", gen_us_ssn),
+        Kind("us_ssn_wide_separator", gen_us_ssn_wide_separator),
         Kind("pem_bare", gen_pem_bare),
         Kind("pem_env_assign", _pem_after("PRIVATE_KEY=")),
         Kind("pem_spaced_assign", _pem_after("PRIVATE_KEY = ")),

@@ -276,14 +276,22 @@ _NAMES_SHADOW_BYTES = re.compile(
 _HEX_ESCAPE = re.compile(r"x(?:\{([0-9A-Fa-f]+)\}|([0-9A-Fa-f]{2}))")
 
 
-def shadow_pattern(pattern: str, letter: str) -> str | None:
-    """``pattern`` over shadows: ``letter`` (the one class of letters beyond ASCII the rules
-    use) as the class of ``\\x01``, the no-break space as ``\\x02``; None when the
-    pattern names any other character beyond ASCII (or holds one, or ``\\p``, ``\\P``,
-    ``\\C``), which a shadow cannot stand for."""
-    if _NAMES_SHADOW_BYTES.search(pattern.replace(letter, "")):
+def shadow_pattern(pattern: str, *wide: str) -> str | None:
+    """``pattern`` over shadows: each of ``wide`` (the classes of characters beyond ASCII the
+    rules use, written the same way everywhere: a letter, a dash) as the class of
+    ``\\x01``, the no-break space as ``\\x02``; None when the pattern names any other
+    character beyond ASCII (or holds one, or ``\\p``, ``\\P``, ``\\C``), which a shadow
+    cannot stand for. A class of ``wide`` matches one character beyond ASCII other than
+    the no-break space (whose byte is ``\\x02``): ``\\x01`` stands for every such
+    character, a superset of the class."""
+    text = pattern
+    for characters in wide:
+        text = text.replace(characters, "")
+    if _NAMES_SHADOW_BYTES.search(text):
         return None  # [^\x00-\x1f]: a character beyond ASCII matches, its byte would not
-    text = pattern.replace(letter, "[\\x01]")
+    text = pattern
+    for characters in wide:
+        text = text.replace(characters, "[\\x01]")
     out: list[str] = []
     index = 0
     while index < len(text):

@@ -51,6 +51,7 @@ from collector.processors.rules import (
     DETECTORS,
     VERIFIED,
     WIDE_LETTER,
+    WIDE_SEPARATOR,
     Detector,
     RedactionConfig,
     card_groups,
@@ -277,7 +278,7 @@ class Redactor:
             # its shadow, as bytes, and no database for UTF-8 is built (they took 4-5 s of
             # a worker's start). Over UTF-8 only when a user's pattern names a character
             # beyond ASCII a shadow cannot stand for.
-            shadows = [prefilter.shadow_pattern(p, WIDE_LETTER) for p in patterns]
+            shadows = [prefilter.shadow_pattern(p, WIDE_LETTER, WIDE_SEPARATOR) for p in patterns]
             self._shadowed = all(shadow is not None for shadow in shadows)
             if self._shadowed:
                 patterns = [p for p in shadows if p is not None]
@@ -765,8 +766,10 @@ class Redactor:
                 self._json_floats = True
             if node.is_integer() and abs(node) >= 1e12:
                 number = int(node)  # a card number sent as 4111111111111111.0
-        if isinstance(number, int) and not isinstance(number, bool) and number >= 10**12:
-            as_text = str(number)  # not as the document has it (4.1e15): no segment's text
+        if isinstance(number, int) and not isinstance(number, bool) and abs(number) >= 10**12:
+            # Not as the document has it (4.1e15): no segment's text. Its digits without a
+            # sign: a card number sent negative (a sign flipped by a bug) is still one.
+            as_text = str(abs(number))
             hinted, self._segment_ids = self._segment_ids, None
             try:
                 redacted = self._redact_text(as_text, path, fired)

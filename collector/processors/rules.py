@@ -18,6 +18,7 @@ __all__ = [
     "DETECTORS",
     "VERIFIED",
     "WIDE_LETTER",
+    "WIDE_SEPARATOR",
     "Detector",
     "RedactionConfig",
     "card_groups",
@@ -39,6 +40,13 @@ def luhn_valid(digits: str) -> bool:
                 value -= 9
         total += value
     return total % 10 == 0
+
+
+# The separators beyond ASCII that may split a number's groups (``WIDE_SEPARATOR``'s).
+_WIDE_SEPARATORS = (
+    "\u2007\u2009\u202f"  # the figure, thin and narrow no-break spaces
+    "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"  # the dashes
+)
 
 
 def _digits(text: str) -> str:
@@ -125,7 +133,7 @@ def _grouped_in_fours(text: str) -> bool:
 
 
 def _ssn(text: str) -> bool:
-    area, group, serial = re.split(r"[- ]", text)
+    area, group, serial = re.split(f"[- {_WIDE_SEPARATORS}]", text)
     return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
 
 
@@ -196,7 +204,7 @@ def _card_in(text: str) -> str | None:
     return None
 
 
-_CARD_SEPARATORS = " .-\u00a0"
+_CARD_SEPARATORS = " .-\u00a0" + _WIDE_SEPARATORS
 _CARD_GROUPS = re.compile("[" + re.escape(_CARD_SEPARATORS) + "]+")
 
 
@@ -296,7 +304,15 @@ _FILE_EXTENSIONS = frozenset(
 _AUTH_SCHEMES = frozenset(
     {"bearer", "digest", "apikey", "negotiate", "flyv1", "sharedaccesssignature"}
 )
-_SEP = r"[ .\x{00a0}-]"  # separators inside numbers, incl. the no-break space
+WIDE_SEPARATOR = r"[\x{2007}\x{2009}\x{202f}\x{2010}-\x{2015}\x{2212}\x{fe63}\x{ff0d}]"
+"""A separator beyond ASCII that may split a number's groups. The spaces typesetting puts
+between digit groups: the figure space, the thin space and the narrow no-break space (French
+and SI typography). The dashes: the hyphens (U+2010; U+2011, the no-break hyphen web pages
+put in phone numbers), the figure dash made for digit groups, the en and em dashes a word
+processor puts in, the horizontal bar, the minus sign, the small and full-width
+hyphen-minus. The prefilter's shadow stands for it with the byte of any character beyond
+ASCII (``prefilter.shadow_pattern``)."""
+_SEP = rf"(?:[ .\x{{00a0}}-]|{WIDE_SEPARATOR})"  # inside numbers: blanks, dots, dashes
 WIDE_LETTER = r"[^\x00-\x7F\p{P}\p{S}\p{Z}\p{C}\p{N}]"
 """A letter (or combining mark) beyond ASCII: what is neither ASCII, punctuation, a symbol,
 a separator, a control character nor a digit (RE2's ``\\b`` and ``\\w`` are ASCII only). The
@@ -408,7 +424,12 @@ DETECTORS: tuple[Detector, ...] = (
         _whole(lambda value: value.rsplit(".", 1)[-1].lower() not in _FILE_EXTENSIONS),
         str.lower,
     ),
-    Detector("us_ssn", r"\b\d{3}[- ]\d{2}[- ]\d{4}\b", _whole(_ssn), _digits),
+    Detector(
+        "us_ssn",
+        rf"\b\d{{3}}(?:[- ]|{WIDE_SEPARATOR})\d{{2}}(?:[- ]|{WIDE_SEPARATOR})\d{{4}}\b",
+        _whole(_ssn),
+        _digits,
+    ),
     Detector("credit_card", rf"\b\d(?:{_SEP}?\d){{12,18}}\b", _card_in, _digits),
     Detector(
         "iban",

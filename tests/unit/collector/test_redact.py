@@ -39,6 +39,7 @@ from collector.processors.rules import (
 from tests.records import span_record
 from tests.secret_corpus import (
     CORE_KINDS,
+    WIDE_SEPARATORS,
     card_digits,
     gen_anthropic_key,
     gen_aws_access_key,
@@ -860,20 +861,88 @@ def test_a_redacted_document_keeps_its_numbers_as_written_before(
 
 
 @pytest.mark.parametrize(
-    "written", ["4111111111111111.0", "4.111111111111111e15", "4111111111111111"]
+    "written",
+    [
+        "4111111111111111.0",
+        "4.111111111111111e15",
+        "4111111111111111",
+        "-4111111111111111",
+        "-4111111111111111.0",
+    ],
 )
 @pytest.mark.parametrize("beside", ["1733490000000.0", "1.7e+16", "-1733490000000.0", "0.25"])
 def test_a_card_sent_as_a_json_number_is_redacted_and_other_numbers_keep_their_form(
     redactor: Redactor, written: str, beside: str
 ) -> None:
-    """A card number a tool sent as a float is read as its digits and replaced; a number
-    beside it that is no secret (a timestamp in ms as a float, a large float, a negative
-    one) is written again as the document had it, not as an integer."""
+    """A card number a tool sent as a float (or with a sign) is read as its digits and
+    replaced; a number beside it that is no secret (a timestamp in ms as a float, a large
+    float, a negative one) is written again as the document had it, not as an integer."""
     record = span(input=f'{{"card": {written}, "at": {beside}, "note": "x"}}')
     redactor([record])
     assert "4111111111111111" not in record.input and "4.111111111111111" not in record.input
     assert record.input.startswith('{"card":"<credit_card:')
     assert record.input.endswith(f',"at":{json.dumps(json.loads(beside))},"note":"x"}}')
+
+
+# Numbers as people write them with an ASCII hyphen; each is written below with every
+# separator beyond ASCII in its place.
+_HYPHENATED = {
+    "phone": ["415-555-0199", "+1-415-555-0199", "(415) 555-0199", "1-800-555-0199"],
+    "credit_card": ["4111-1111-1111-1111", "3782-822463-10005", "5555-5555-5555-4444"],
+    "us_ssn": ["123-45-6789"],
+}
+
+
+def _hyphenated_placements(number: str) -> SpanRecord:
+    """``number`` as a value, in a chat message, in a tool call's arguments (JSON in JSON) and
+    in text beyond ASCII."""
+    text = f"Reach me at {number} today"
+    return span(
+        span_attributes={
+            "note": text,
+            "gen_ai.input.messages": json.dumps([{"role": "user", "content": text}]),
+            "wide": f"\u201cN\u00fcmmer\u201d\u00a0: {number}\u2026",
+        },
+        input=json.dumps({"arguments": json.dumps({"query": text})}),
+    )
+
+
+@pytest.mark.parametrize(
+    "separator", list(WIDE_SEPARATORS), ids=[f"U+{ord(d):04X}" for d in WIDE_SEPARATORS]
+)
+@pytest.mark.parametrize("engine", [None, 0, 1])
+def test_a_number_split_by_a_separator_beyond_ascii_is_redacted_as_with_a_hyphen(
+    separator: str, engine: int | None
+) -> None:
+    """A phone, card or SSN whose groups are split by a separator beyond ASCII (a web
+    page's no-break hyphen, a word processor's en dash, a minus sign, a typesetter's thin
+    space) is found as with an ASCII hyphen, in every placement and by each engine, and gets
+    the same pseudonym: searching the store for one finds both."""
+    redactor = Redactor(KEY)
+    redactor.forced_engine = engine
+    for rule, numbers in _HYPHENATED.items():
+        for number in numbers:
+            ascii_record = _hyphenated_placements(number)
+            wide_number = number.replace("-", separator)
+            wide_record = _hyphenated_placements(wide_number)
+            redactor([ascii_record, wide_record])
+            assert everything(wide_record).replace(separator, "-") == everything(ascii_record)
+            assert f"<{rule}:" in everything(wide_record), (rule, wide_number)
+            assert wide_number not in everything(wide_record)
+            assert wide_record.redactions == ascii_record.redactions
+
+
+def test_separators_beyond_ascii_in_what_is_no_number_leave_it_alone(redactor: Redactor) -> None:
+    texts = [
+        f"pages 1990{d}2005, season 2024{d}2025, 10{d}12 people, order 1234{d}5678{d}9012, "
+        f"id 123{d}4567{d}8901, at 12:00{d}13:30, ZIP 94105{d}1234, ticket 555{d}0199, "
+        f"range 4111{d}4112, ref 2024{d}0001{d}0042, room 101{d}202{d}3030"
+        for d in WIDE_SEPARATORS
+    ]
+    records = [span(span_attributes={"note": text}) for text in texts]
+    redactor(records)
+    assert [r.span_attributes["note"] for r in records] == texts
+    assert all(not r.redactions for r in records)
 
 
 def test_a_redacted_document_keeps_a_tiny_float_as_the_json_module_writes_it(

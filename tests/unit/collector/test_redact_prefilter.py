@@ -39,7 +39,7 @@ from collector.processors.redact import (
     _Chooser,
     detector,
 )
-from collector.processors.rules import WIDE_LETTER, Detector, RedactionConfig
+from collector.processors.rules import WIDE_LETTER, WIDE_SEPARATOR, Detector, RedactionConfig
 from tests.records import span_record
 from tests.secret_corpus import Kind, Secret, look_alikes
 from tests.unit.collector.test_redact_matrix import KEY, KINDS, PLACEMENTS, planted
@@ -388,25 +388,32 @@ def _joined(texts: list[str]) -> tuple[bytes, list[int]]:
 def test_each_segment_is_named_with_every_detector_that_matches_it_alone() -> None:
     """The span's one scan stands in for scanning each text alone, as a value and inside a
     JSON string: every detector RE2 finds in a text is named for its segment (anchored
-    rules too, whose ^ and $ do not hold where the text sits)."""
+    rules too, whose ^ and $ do not hold where the text sits). As the redactor scans: with
+    the patterns over shadows (on ASCII, the text itself)."""
     rng = random.Random(5)
     patterns = [d.pattern for d in BUILTIN_DETECTORS]
-    finder = prefilter.Prefilter(patterns)
+    shadows = [prefilter.shadow_pattern(p, WIDE_LETTER, WIDE_SEPARATOR) for p in patterns]
+    finder = prefilter.Prefilter([s for s in shadows if s is not None], bytes_only=True)
+    assert len(finder._patterns) == len(patterns)
     compiled = [re2.compile(p.encode()) for p in patterns]
     samples = [s for kind in KINDS.values() for s in _variants(rng, kind.generate(rng).text)]
     samples += [t for group in look_alikes(rng).values() for t in group]
     checked = 0
     for sample in samples:
-        texts = ["invoke_agent Triage", sample, json.dumps({"content": sample}), "done"]
+        # (A character beyond ASCII as itself in the JSON: a \\u escape is decoded and looked
+        # at on its own, as ``json_escape`` selects it.)
+        content = json.dumps({"content": sample}, ensure_ascii=False)
+        texts = ["invoke_agent Triage", sample, content, "done"]
         data, starts = _joined(texts)
         if not finder.covers(data):
             continue
+        if not data.isascii():  # offsets in characters, one byte each in the shadow
+            data, starts = (
+                prefilter.shadow(data),
+                list(itertools.accumulate([0] + [len(t) + 1 for t in texts[:-1]])),
+            )
         found = finder.segments(data, starts, limit=10**6)
-        if found is None:
-            # Over UTF-8 the every-match database does not build (a key's value forms are
-            # too large for Hyperscan there): segments decline, and the caller searches.
-            assert not data.isascii(), sample
-            continue
+        assert found is not None, sample
         for index, pattern in enumerate(compiled):
             if pattern.search(sample.encode()) is not None:
                 checked += 1
@@ -436,7 +443,7 @@ def test_over_a_shadow_each_segment_is_named_with_every_detector_that_matches_it
     with characters beyond ASCII inside the sample (between its halves, its groups)."""
     rng = random.Random(7)
     patterns = [d.pattern for d in BUILTIN_DETECTORS]
-    shadows = [prefilter.shadow_pattern(p, WIDE_LETTER) for p in patterns]
+    shadows = [prefilter.shadow_pattern(p, WIDE_LETTER, WIDE_SEPARATOR) for p in patterns]
     assert all(s is not None for s in shadows)
     finder = prefilter.Prefilter([s for s in shadows if s is not None], bytes_only=True)
     compiled = [re2.compile(p.encode()) for p in patterns]
@@ -470,6 +477,10 @@ def test_a_shadow_is_a_byte_per_character_and_stands_only_for_what_it_can() -> N
     assert prefilter.shadow(text.encode()) == b"a\x01b\x02c \x01\x01\x02\x01"
     assert prefilter.shadow_pattern(r"\d[ .\x{00a0}-]\d", WIDE_LETTER) == r"\d[ .\x02-]\d"
     assert prefilter.shadow_pattern(f"a{WIDE_LETTER}+", WIDE_LETTER) == r"a[\x01]+"
+    # A dash beyond ASCII between digits: the byte of any such character, given its class.
+    dashed = rf"\d(?:[ -]|{WIDE_SEPARATOR})\d"
+    assert prefilter.shadow_pattern(dashed, WIDE_LETTER, WIDE_SEPARATOR) == r"\d(?:[ -]|[\x01])\d"
+    assert prefilter.shadow_pattern(dashed, WIDE_LETTER) is None
     assert prefilter.shadow_pattern(r"\\p\\x{00a0}", WIDE_LETTER) == r"\\p\\x{00a0}"  # escaped \
     assert prefilter.shadow_pattern(r"[^A-Z\x00-]", WIDE_LETTER) == r"[^A-Z\x00-]"  # "-" alone
     # A class of control characters could exclude the shadow's bytes: a character beyond
@@ -729,13 +740,18 @@ def test_the_segments_scan_cuts_each_pattern_to_its_head(pattern: str, head: str
 
 def test_the_builtin_detectors_heads_compile_together() -> None:
     """The cut patterns are what the segments scan runs (the whole ones only if Hyperscan
-    refused them): every builtin detector compiles cut, and long tokens are cut short."""
+    refused them): every builtin detector compiles cut (over shadows, as the redactor scans),
+    and long tokens are cut short."""
     import hyperscan
 
+    shadows = [
+        prefilter.shadow_pattern(d.pattern, WIDE_LETTER, WIDE_SEPARATOR) for d in BUILTIN_DETECTORS
+    ]
+    assert all(shadow is not None for shadow in shadows)
     expressions = {
-        i: prefilter._head(prefilter._expression(d.pattern).decode()).encode()
-        for i, d in enumerate(BUILTIN_DETECTORS)
-        if d.pattern.isascii()
+        i: prefilter._head(prefilter._expression(shadow).decode()).encode()
+        for i, shadow in enumerate(shadows)
+        if shadow is not None
     }
     assert prefilter._database(expressions, 0) is not None
     database = prefilter._database(expressions, 0)
