@@ -340,8 +340,18 @@ def gen_card_wide_separator(rng: random.Random) -> Secret:
 
 
 def gen_us_ssn_wide_separator(rng: random.Random) -> Secret:
-    text = gen_us_ssn(rng).text.replace("-", rng.choice(WIDE_SEPARATORS))
+    """An SSN split by a no-break space or one of ``WIDE_SEPARATORS``."""
+    text = gen_us_ssn(rng).text.replace("-", rng.choice(WIDE_SEPARATORS + "\u00a0"))
     return Secret(text, (text, "".join(c for c in text if c.isdigit())))
+
+
+def gen_iban_wide_separator(rng: random.Random) -> Secret:
+    """An IBAN in groups of four split by a no-break space (an invoice's HTML) or one of
+    ``WIDE_SEPARATORS``, in upper or lower case."""
+    compact = iban_compact(rng)
+    text = format_iban(compact, rng.choice(["spaced", "spaced_lower"]))
+    text = text.replace(" ", rng.choice(WIDE_SEPARATORS + "\u00a0"))
+    return _with_parts(text, text, compact)
 
 
 def _card_kind(style: str) -> Generator:
@@ -572,6 +582,7 @@ CORE_KINDS: dict[str, Kind] = {
         Kind("iban_upper", _iban_kind("upper")),
         Kind("iban_lower", _iban_kind("lower")),
         Kind("iban_spaced", _iban_kind("spaced")),
+        Kind("iban_wide_separator", gen_iban_wide_separator),
         Kind("us_ssn", gen_us_ssn),
         Kind("us_ssn_wide_separator", gen_us_ssn_wide_separator),
         Kind("pem_bare", gen_pem_bare),

@@ -49,6 +49,11 @@ _WIDE_SEPARATORS = (
 )
 
 
+# What splits an SSN's or an IBAN's groups (``_GROUP_SEP``).
+_GROUP_CHARACTERS = " -\u00a0" + _WIDE_SEPARATORS
+_GROUP_SEPARATORS = re.compile("[" + re.escape(_GROUP_CHARACTERS) + "]")
+
+
 def _digits(text: str) -> str:
     return "".join(c for c in text if c.isdigit())
 
@@ -94,7 +99,7 @@ _IBAN_LENGTHS = {
 
 
 def _iban_compact(text: str) -> str:
-    return text.replace(" ", "").replace("-", "").upper()
+    return _GROUP_SEPARATORS.sub("", text).upper()
 
 
 def _iban(text: str) -> bool:
@@ -117,7 +122,9 @@ def _iban_in(text: str) -> str | None:
     the tail of a UUID, is no IBAN whatever its check digits say."""
     for end in range(len(text), 14, -1):
         candidate = text[:end]
-        if candidate[-1] in " -" or (end < len(text) and text[end] not in " -"):
+        if candidate[-1] in _GROUP_CHARACTERS or (
+            end < len(text) and text[end] not in _GROUP_CHARACTERS
+        ):
             continue
         if _grouped_in_fours(candidate) and _iban(candidate):
             return candidate
@@ -126,14 +133,14 @@ def _iban_in(text: str) -> str | None:
 
 def _grouped_in_fours(text: str) -> bool:
     """Unbroken, or in groups of four split by blanks or dashes (the last may be shorter)."""
-    groups = re.split(r"[ -]", text)
+    groups = _GROUP_SEPARATORS.split(text)
     return len(groups) == 1 or (
         all(len(group) == 4 for group in groups[:-1]) and 1 <= len(groups[-1]) <= 4
     )
 
 
 def _ssn(text: str) -> bool:
-    area, group, serial = re.split(f"[- {_WIDE_SEPARATORS}]", text)
+    area, group, serial = _GROUP_SEPARATORS.split(text)
     return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
 
 
@@ -313,6 +320,8 @@ processor puts in, the horizontal bar, the minus sign, the small and full-width
 hyphen-minus. The prefilter's shadow stands for it with the byte of any character beyond
 ASCII (``prefilter.shadow_pattern``)."""
 _SEP = rf"(?:[ .\x{{00a0}}-]|{WIDE_SEPARATOR})"  # inside numbers: blanks, dots, dashes
+# Between the groups of an SSN or an IBAN: a blank, a dash, not a dot.
+_GROUP_SEP = rf"(?:[ \x{{00a0}}-]|{WIDE_SEPARATOR})"
 WIDE_LETTER = r"[^\x00-\x7F\p{P}\p{S}\p{Z}\p{C}\p{N}]"
 """A letter (or combining mark) beyond ASCII: what is neither ASCII, punctuation, a symbol,
 a separator, a control character nor a digit (RE2's ``\\b`` and ``\\w`` are ASCII only). The
@@ -426,14 +435,15 @@ DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(
         "us_ssn",
-        rf"\b\d{{3}}(?:[- ]|{WIDE_SEPARATOR})\d{{2}}(?:[- ]|{WIDE_SEPARATOR})\d{{4}}\b",
+        rf"\b\d{{3}}{_GROUP_SEP}\d{{2}}{_GROUP_SEP}\d{{4}}\b",
         _whole(_ssn),
         _digits,
     ),
     Detector("credit_card", rf"\b\d(?:{_SEP}?\d){{12,18}}\b", _card_in, _digits),
     Detector(
         "iban",
-        r"\b(?i:[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]{4}){2,7}(?:[ -]?[A-Z0-9]{1,4})?)\b",
+        rf"\b(?i:[A-Z]{{2}}\d{{2}}(?:{_GROUP_SEP}?[A-Z0-9]{{4}}){{2,7}}"
+        rf"(?:{_GROUP_SEP}?[A-Z0-9]{{1,4}})?)\b",
         _iban_in,
         _iban_compact,
     ),

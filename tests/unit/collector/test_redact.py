@@ -890,6 +890,7 @@ _HYPHENATED = {
     "phone": ["415-555-0199", "+1-415-555-0199", "(415) 555-0199", "1-800-555-0199"],
     "credit_card": ["4111-1111-1111-1111", "3782-822463-10005", "5555-5555-5555-4444"],
     "us_ssn": ["123-45-6789"],
+    "iban": ["DE89-3704-0044-0532-0130-00", "gb82-west-1234-5698-7654-32"],
 }
 
 
@@ -901,22 +902,24 @@ def _hyphenated_placements(number: str) -> SpanRecord:
         span_attributes={
             "note": text,
             "gen_ai.input.messages": json.dumps([{"role": "user", "content": text}]),
-            "wide": f"\u201cN\u00fcmmer\u201d\u00a0: {number}\u2026",
+            "wide": f"\u201cN\u00fcmmer\u201d: {number}\u2026",
         },
         input=json.dumps({"arguments": json.dumps({"query": text})}),
     )
 
 
 @pytest.mark.parametrize(
-    "separator", list(WIDE_SEPARATORS), ids=[f"U+{ord(d):04X}" for d in WIDE_SEPARATORS]
+    "separator",
+    [*WIDE_SEPARATORS, "\u00a0"],
+    ids=[f"U+{ord(d):04X}" for d in [*WIDE_SEPARATORS, "\u00a0"]],
 )
 @pytest.mark.parametrize("engine", [None, 0, 1])
 def test_a_number_split_by_a_separator_beyond_ascii_is_redacted_as_with_a_hyphen(
     separator: str, engine: int | None
 ) -> None:
-    """A phone, card or SSN whose groups are split by a separator beyond ASCII (a web
-    page's no-break hyphen, a word processor's en dash, a minus sign, a typesetter's thin
-    space) is found as with an ASCII hyphen, in every placement and by each engine, and gets
+    """A phone, card, SSN or IBAN whose groups are split by a separator beyond ASCII (a web
+    page's no-break hyphen or no-break space, a word processor's en dash, a minus sign, a
+    typesetter's thin space) is found as with an ASCII hyphen, in every placement and by each engine, and gets
     the same pseudonym: searching the store for one finds both."""
     redactor = Redactor(KEY)
     redactor.forced_engine = engine

@@ -414,11 +414,16 @@ def test_each_segment_is_named_with_every_detector_that_matches_it_alone() -> No
             )
         found = finder.segments(data, starts, limit=10**6)
         assert found is not None, sample
+        # Where JSON escapes the sample (a newline, a quote), a match may not be there byte
+        # for byte ("\\nAB12..." has no word boundary): such a string is decoded and looked
+        # at on its own (json_escape selects it; the test of escapes below).
+        verbatim = content == '{"content": "' + sample + '"}'
         for index, pattern in enumerate(compiled):
             if pattern.search(sample.encode()) is not None:
                 checked += 1
                 assert index in found.get(1, set()), (BUILTIN_DETECTORS[index].name, sample)
-                assert index in found.get(2, set()), (BUILTIN_DETECTORS[index].name, sample)
+                if verbatim:
+                    assert index in found.get(2, set()), (BUILTIN_DETECTORS[index].name, sample)
         assert 3 not in found and 0 not in found  # clean segments are not named
     assert checked > len(KINDS)
 
