@@ -50,8 +50,10 @@ from collector.processors.providers import PROVIDER_DETECTORS, REPLACED_RULES
 from collector.processors.rules import (
     DETECTORS,
     VERIFIED,
+    WIDE_DASHES,
     WIDE_LETTER,
     WIDE_SEPARATOR,
+    WIDE_SEPARATORS,
     Detector,
     RedactionConfig,
     card_groups,
@@ -900,8 +902,10 @@ class Redactor:
           4-4-4) the short group at its end, the first digits of the number that follows
           ("1234 5678 9012 3456 415-555-0123" matches as a 19-digit card);
         - last, a number dialled with ``+`` that holds none of those: its longest valid
-          part before a blank ("+49 30 901820 12 34 56 78", an extension or more digits).
-          Not with ``00``, which also begins grouped zero-padded ids.
+          part before a blank ("+49 30 901820 12 34 56 78", an extension or more digits),
+          or else the number after the ``+``, which may stand for a blank (a query
+          string's ``q=my+card+4111111111111111``). Not with ``00``, which also begins
+          grouped zero-padded ids.
 
         Nowhere else inside: a shorter number there is part of the one turned down (the
         card-like digits of an invalid IBAN, the "phone" ``0069 3752 7921`` of an invalid
@@ -935,6 +939,9 @@ class Redactor:
         if matched[:1] == b"+":
             for part, _ in parts:
                 yield "phone", part, self._phones
+            # Last, the number right after the "+", which may stand for a blank: a query
+            # string's "q=my+card+4111111111111111" is no number dialled from abroad.
+            yield from self._numbers_at(view, start + 1, frozenset())
 
     @functools.cached_property
     def _phones(self) -> _Matcher:
@@ -949,10 +956,8 @@ class Redactor:
         after its blank."""
         start = phone.start()
         parts = []
-        for after in reversed(_afters_blanks(view, start, phone.end())):
-            end = len(view[start:after].rstrip(_BLANK_BYTES)) + start
-            if view[after : after + 1] in (b" ", b"\xc2"):
-                continue  # (inside a run of blanks: tried from the last of them)
+        for run in reversed(list(_SPLIT.finditer(view, start, phone.end()))):
+            end, after = run.start(), run.end()
             part = self._phones.data.match(view, start, end)
             if part is not None and part.end() == end:
                 parts.append((part, after))
@@ -1365,16 +1370,23 @@ def _block_end(data: bytes, key_start: int, value_start: int, value_end: int) ->
 # theirs inside a UUID is a run of its hex digits that happen to be decimal ("...-0071-4991-
 # 9662-..." is no number dialled from abroad), never redacted (``_inside_uuid``).
 _NUMBER_RULES = frozenset({"phone", "credit_card", "iban", "us_ssn"})
-_UUID = re.compile(rb"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}")
+# A UUID's dash may be one beyond ASCII (rules.WIDE_DASHES: text through a word processor),
+# as a number's may: 36 characters, up to 44 bytes.
+_UUID_DASH = b"(?:" + b"|".join(re.escape(c.encode()) for c in "-" + WIDE_DASHES) + b")"
+_UUID = re.compile(
+    rb"[0-9A-Fa-f]{8}%(d)s[0-9A-Fa-f]{4}%(d)s[0-9A-Fa-f]{4}%(d)s[0-9A-Fa-f]{4}%(d)s[0-9A-Fa-f]{12}"
+    % {b"d": _UUID_DASH}
+)
+_UUID_MAX_BYTES = 36 + 4 * 2
 
 
 def _inside_uuid(data: bytes, start: int, end: int) -> bool:
     """Whether ``data[start:end]`` lies within a UUID of ``data`` (8-4-4-4-12 hex digits,
     not part of a longer run of hex digits: ``run-<uuid>`` is one, ``a<uuid>`` is not)."""
-    if end - start > 36:
+    if end - start > _UUID_MAX_BYTES:
         return False
-    window_start = max(start - 36, 0)
-    for found in _UUID.finditer(data, window_start, min(end + 36, len(data))):
+    window_start = max(start - _UUID_MAX_BYTES, 0)
+    for found in _UUID.finditer(data, window_start, min(end + _UUID_MAX_BYTES, len(data))):
         if found.start() <= start and end <= found.end():
             before = data[found.start() - 1 : found.start()]
             after = data[found.end() : found.end() + 1]
@@ -1385,13 +1397,18 @@ def _inside_uuid(data: bytes, start: int, end: int) -> bool:
 
 
 _HEX_DIGIT = frozenset(bytes([c]) for c in b"0123456789abcdefABCDEF")
-_BLANKS = frozenset(b" \xa0")  # a blank, and the last byte of a no-break space
-_BLANK_BYTES = b" \xc2\xa0"  # (a no-break space is the last two)
+# What may part one number from the next inside a match (ADR 48), as UTF-8: a run of blanks
+# (the no-break space too) and separators beyond ASCII (rules.WIDE_SEPARATOR: a thin space,
+# an en dash), which join two numbers into one match as a blank does.
+_SPLIT = re.compile(
+    b"(?:" + b"|".join(re.escape(c.encode()) for c in " \u00a0" + WIDE_SEPARATORS) + b")+"
+)
 
 
 def _afters_blanks(view: bytes, start: int, end: int) -> list[int]:
-    """The offsets right after each blank in ``view[start:end]``."""
-    return [start + i + 1 for i, byte in enumerate(view[start:end]) if byte in _BLANKS]
+    """The offsets right after each run of blanks (or separators beyond ASCII) in
+    ``view[start:end]``."""
+    return [found.end() for found in _SPLIT.finditer(view, start, end)]
 
 
 # In a segment with no escape but of ", \ and control characters (\u0041 or \/ could stand

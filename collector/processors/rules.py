@@ -17,8 +17,10 @@ from functools import lru_cache
 __all__ = [
     "DETECTORS",
     "VERIFIED",
+    "WIDE_DASHES",
     "WIDE_LETTER",
     "WIDE_SEPARATOR",
+    "WIDE_SEPARATORS",
     "Detector",
     "RedactionConfig",
     "card_groups",
@@ -43,14 +45,12 @@ def luhn_valid(digits: str) -> bool:
 
 
 # The separators beyond ASCII that may split a number's groups (``WIDE_SEPARATOR``'s).
-_WIDE_SEPARATORS = (
-    "\u2007\u2009\u202f"  # the figure, thin and narrow no-break spaces
-    "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"  # the dashes
-)
+WIDE_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"
+WIDE_SEPARATORS = "\u2007\u2009\u202f" + WIDE_DASHES  # the figure, thin, narrow no-break spaces
 
 
 # What splits an SSN's or an IBAN's groups (``_GROUP_SEP``).
-_GROUP_CHARACTERS = " -\u00a0" + _WIDE_SEPARATORS
+_GROUP_CHARACTERS = " -\u00a0" + WIDE_SEPARATORS
 _GROUP_SEPARATORS = re.compile("[" + re.escape(_GROUP_CHARACTERS) + "]")
 
 
@@ -211,7 +211,7 @@ def _card_in(text: str) -> str | None:
     return None
 
 
-_CARD_SEPARATORS = " .-\u00a0" + _WIDE_SEPARATORS
+_CARD_SEPARATORS = " .-\u00a0" + WIDE_SEPARATORS
 _CARD_GROUPS = re.compile("[" + re.escape(_CARD_SEPARATORS) + "]+")
 
 

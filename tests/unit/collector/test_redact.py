@@ -942,6 +942,13 @@ def test_separators_beyond_ascii_in_what_is_no_number_leave_it_alone(redactor: R
         f"range 4111{d}4112, ref 2024{d}0001{d}0042, room 101{d}202{d}3030"
         for d in WIDE_SEPARATORS
     ]
+    # A UUID written with a dash beyond ASCII: its decimal-looking groups ("0069-4082-9311")
+    # are no phone, as with "-".
+    texts += [
+        f"run d5bc303d{d}0069{d}4082{d}9311{d}bc180a15b729 ok"
+        for d in WIDE_SEPARATORS
+        if d not in "\u2007\u2009\u202f"
+    ]
     records = [span(span_attributes={"note": text}) for text in texts]
     redactor(records)
     assert [r.span_attributes["note"] for r in records] == texts
@@ -1253,11 +1260,13 @@ _FOLLOWING_NUMBERS = {
 @pytest.mark.parametrize("leading", sorted(_LEADING_NUMBERS))
 def test_a_number_hides_no_number_right_after_it(leading: str) -> None:
     """Every pair of a leading number (a secret, or digits that are none) and a secret
-    number after a blank (one, two, a no-break space, a comma), in three placements: each secret is replaced, nothing of it
+    number after a blank (one, two, a no-break space, a comma) or a separator beyond ASCII
+    (a thin space, an en dash: numbers are written with them, so they join two into one
+    match as a blank does), in three placements: each secret is replaced, nothing of it
     stays in the clear, and the digits that are no secret stay."""
     redactor = Redactor(KEY)
     for (following, rules), blank in itertools.product(
-        sorted(_FOLLOWING_NUMBERS.items()), (" ", "  ", "\u00a0", ", ")
+        sorted(_FOLLOWING_NUMBERS.items()), (" ", "  ", "\u00a0", ", ", *WIDE_SEPARATORS)
     ):
         text = f"{leading}{blank}{following}"
         expected = _LEADING_NUMBERS[leading] + rules
@@ -1271,6 +1280,41 @@ def test_a_number_hides_no_number_right_after_it(leading: str) -> None:
             assert stored.count("<") == len(expected), stored
             if not _LEADING_NUMBERS[leading]:
                 assert leading in stored, stored
+
+
+@pytest.mark.parametrize(
+    ("number", "rule"),
+    [
+        ("4111111111111111", "credit_card"),
+        ("4111-1111-1111-1111", "credit_card"),
+        ("5555555555554444", "credit_card"),
+        ("4111111111111112", None),  # no card (its check digit), too long for a phone
+    ],
+)
+@pytest.mark.parametrize("engine", [0, 1])
+def test_a_number_after_a_plus_that_stands_for_a_blank_is_found(
+    number: str, rule: str | None, engine: int
+) -> None:
+    """In a query string "+" is a blank: "q=my+card+4111111111111111" is no number dialled
+    from abroad turned down, but a card after a blank; digits that are none stay."""
+    redactor = Redactor(KEY)
+    redactor.forced_engine = engine
+    for text in (
+        f"q=my+card+{number}",
+        f"https://shop.example/search?q=card+{number}&page=2",
+        json.dumps(
+            {"tool": "search", "url": f"/search?q=pay+with+{number}"}, separators=(",", ":")
+        ),
+    ):
+        record = span(span_attributes={"note": text})
+        redactor([record])
+        stored = record.span_attributes["note"]
+        if rule is None:
+            assert stored == text
+            continue
+        assert number not in stored and "4111" not in stored.replace("+", " "), stored
+        assert [entry.rsplit(":", 1)[1] for entry in record.redactions] == [rule]
+        assert stored == text.replace(number, redactor.pseudonym(rule, number))
 
 
 def test_a_number_dialled_from_abroad_with_more_digits_is_replaced_in_its_longest_part() -> None:
