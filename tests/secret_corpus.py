@@ -697,6 +697,9 @@ def _base64_views(text: str) -> Iterator[str]:
                 yield decoded
 
 
+_UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+
+
 def _views(text: str, depth: int, seen: set[str]) -> Iterator[str]:
     if text in seen:
         return
@@ -710,6 +713,11 @@ def _views(text: str, depth: int, seen: set[str]) -> Iterator[str]:
             yield from _views(decoded, depth - 1, seen)
     for decoded in _base64_views(text):
         yield from _views(decoded, depth - 1, seen)
+    if "\\u" in text:  # JSON's escapes, also where the JSON does not parse (cut short)
+        unescaped = _UNICODE_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text)
+        unescaped = unescaped.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        if unescaped != text:
+            yield from _views(unescaped, depth - 1, seen)
     if text.lstrip()[:1] in ("{", "[", '"'):
         try:
             document = json.loads(text)

@@ -820,8 +820,25 @@ class Redactor:
         return not (isinstance(value, str) and value in self.config.allow_values)
 
     def _redact_text(self, text: str, where: str, fired: list[str]) -> str:
-        if "%" not in text or self._decode_depth >= _MAX_DECODE_DEPTH:
+        if ("%" not in text and "\\u" not in text) or self._decode_depth >= _MAX_DECODE_DEPTH:
             return self._scan_text(text, where, fired)
+        unescaped = _unicode_unescaped(text)
+        if unescaped is not None:
+            # JSON's \uXXXX escapes in text that did not parse as JSON (cut short, inside a
+            # log line): looked at as what they stand for (the raw look finds at best the
+            # part of an address after its last escaped letter), and stored so when that
+            # holds a secret; else the text as sent is looked at as before.
+            seen: list[str] = []
+            self._decode_depth += 1
+            try:
+                revealed = self._redact_text(unescaped, where, seen)
+            finally:
+                self._decode_depth -= 1
+            if seen:
+                fired.extend(seen)
+                return revealed
+            if "%" not in text:
+                return self._scan_text(text, where, fired)
         # As sent first (a token may be percent-encoded itself), then what is left decoded:
         # when that shows a secret the encoding hid, the text is stored decoded.
         redacted = self._scan_text(text, where, fired)
@@ -1310,6 +1327,25 @@ def _written_alike(value: float) -> bool:
     a touched one cost."""
     magnitude = abs(value)
     return magnitude < 1e-9 or 1e-4 <= magnitude <= sys.float_info.max
+
+
+_UNICODE_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})")
+
+
+def _unicode_unescaped(text: str) -> str | None:
+    """``text`` with JSON's ``\\uXXXX`` escapes decoded (those of a character: a surrogate's
+    half stays escaped), or None when it holds none. Python's ``json.dumps`` escapes every
+    character beyond ASCII so: a no-break hyphen in a phone number, a letter of an
+    address."""
+    if "\\u" not in text:
+        return None
+
+    def character(escape: re.Match[str]) -> str:
+        code = int(escape.group(1), 16)
+        return escape.group(0) if 0xD800 <= code < 0xE000 else chr(code)
+
+    decoded = _UNICODE_ESCAPE.sub(character, text)
+    return decoded if decoded != text else None
 
 
 def _percent_decoded(text: str) -> str | None:

@@ -217,9 +217,21 @@ PLACEMENTS: dict[str, Placement] = {
     "agent_from_span_name": _agent_from_span_name,
     "error_type_attr": _attr("span_attributes", "error.type"),
     "error_type_exception": _error_type_exception,
+    # JSON that does not parse, written as Python's json.dumps writes it (every character
+    # beyond ASCII as \uXXXX): cut short by a length limit, and inside a log line.
+    "cut_json_message": _json_attr(
+        "llm.input_messages",
+        lambda v: json.dumps([{"role": "user", "content": f"{v} and more"}])[:-4],
+    ),
+    "log_line_json": _json_attr(
+        "log", lambda v: "INFO sent " + json.dumps({"messages": [{"content": v}]}) + " (200)"
+    ),
 }
-# Encoded on the way in (bytes that are not text arrive as base64): no like-for-like pseudonym.
-_NOT_JOINABLE = frozenset({"attr_bytes_binary"})
+# Placements whose pseudonym need not be the other placements': bytes that are not text
+# (encoded on the way in: they arrive as base64); and JSON that does not parse, where a
+# secret written over lines (a PEM block, a header, a YAML block) is replaced as written
+# there, with its escapes (\n, \"), and so named apart.
+_NOT_JOINABLE = frozenset({"attr_bytes_binary", "cut_json_message", "log_line_json"})
 
 
 def secret_of(kind: str) -> Secret:
