@@ -278,12 +278,12 @@ _HEX_ESCAPE = re.compile(r"x(?:\{([0-9A-Fa-f]+)\}|([0-9A-Fa-f]{2}))")
 
 def shadow_pattern(pattern: str, *wide: str) -> str | None:
     """``pattern`` over shadows: each of ``wide`` (the classes of characters beyond ASCII the
-    rules use, written the same way everywhere: a letter, a dash) as the class of
-    ``\\x01``, the no-break space as ``\\x02``; None when the pattern names any other
-    character beyond ASCII (or holds one, or ``\\p``, ``\\P``, ``\\C``), which a shadow
-    cannot stand for. A class of ``wide`` matches one character beyond ASCII other than
-    the no-break space (whose byte is ``\\x02``): ``\\x01`` stands for every such
-    character, a superset of the class."""
+    rules use, written the same way everywhere: a letter, a separator inside numbers) as
+    the class of ``\\x01``, the no-break space as ``\\x02``; None when the pattern names
+    any other character beyond ASCII (or holds one, or ``\\p``, ``\\P``, ``\\C``),
+    which a shadow cannot stand for. A class of ``wide`` matches one character beyond
+    ASCII other than the no-break space (whose byte is ``\\x02``): ``\\x01`` stands for
+    every such character, a superset of the class."""
     text = pattern
     for characters in wide:
         text = text.replace(characters, "")
