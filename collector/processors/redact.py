@@ -828,12 +828,7 @@ class Redactor:
             # log line): looked at as what they stand for (the raw look finds at best the
             # part of an address after its last escaped letter), and stored so when that
             # holds a secret; else the text as sent is looked at as before.
-            seen: list[str] = []
-            self._decode_depth += 1
-            try:
-                revealed = self._redact_text(unescaped, where, seen)
-            finally:
-                self._decode_depth -= 1
+            revealed, seen = self._redact_decoded(unescaped, where)
             if seen:
                 fired.extend(seen)
                 return revealed
@@ -845,16 +840,21 @@ class Redactor:
         decoded = _percent_decoded(redacted)
         if decoded is None:
             return redacted
-        hidden: list[str] = []
-        self._decode_depth += 1
-        try:
-            revealed = self._redact_text(decoded, where, hidden)
-        finally:
-            self._decode_depth -= 1
+        revealed, hidden = self._redact_decoded(decoded, where)
         if not hidden:
             return redacted
         fired.extend(hidden)
         return revealed
+
+    def _redact_decoded(self, decoded: str, where: str) -> tuple[str, list[str]]:
+        """``decoded`` (what an encoding in a text stands for) redacted one encoding deeper,
+        and what was found in it."""
+        found: list[str] = []
+        self._decode_depth += 1
+        try:
+            return self._redact_text(decoded, where, found), found
+        finally:
+            self._decode_depth -= 1
 
     def _scan_text(self, text: str, where: str, fired: list[str]) -> str:
         # Matched on UTF-8 bytes: the RE2 wrapper maps every match position back to a
