@@ -568,6 +568,61 @@ PROVIDER_GENERATORS: dict[str, Generator] = {
     "together_key": _fixed("tgp_v1_", B64URL, 43),
     "nvidia_key": _fixed("nvapi-", B64URL, 64),
     "elevenlabs_key": _fixed("sk_", HEX, 48, HEX),
+    # gitleaks' prefix-distinctive rules (config/gitleaks.toml) the detectors above lacked.
+    "gitlab_session": lambda rng: "_gitlab_session=" + chars(rng, DIGITS + LOWER, 32),
+    "sourcegraph_token": _either(
+        lambda rng: f"sgp_{chars(rng, HEX, 16)}_{chars(rng, HEX, 40)}",
+        lambda rng: f"sgp_local_{chars(rng, HEX, 40)}",
+        _fixed("sgp_", HEX, 40, HEX),
+    ),
+    "clojars_token": _fixed("CLOJARS_", DIGITS + LOWER, 60),
+    "readme_token": _fixed("rdme_", DIGITS + LOWER, 70, DIGITS + LOWER),
+    "harness_token": lambda rng: (
+        f"{rng.choice(['pat', 'sat'])}.{chars(rng, B64URL[:-1], 21)}{rng.choice(ALNUM)}"
+        f".{chars(rng, ALNUM, 24)}.{chars(rng, ALNUM, 20)}"
+    ),
+    "octopus_key": _fixed("API-", UPPER_ALNUM, 26, UPPER_ALNUM),
+    "prefect_token": _fixed("pnu_", ALNUM, 36),
+    "infracost_token": _fixed("ico-", ALNUM, 32),
+    "scalingo_token": _fixed("tk-us-", B64URL, 48),
+    "settlemint_token": lambda rng: f"sm_{rng.choice('aps')}at_{chars(rng, ALNUM, 16)}",
+    "frameio_token": _fixed("fio-u-", B64URL + "=", 64),
+    "sidekiq_secret": lambda rng: (
+        rng.choice(["BUNDLE_ENTERPRISE__CONTRIBSYS__COM=", "BUNDLE_GEMS__CONTRIBSYS__COM: "])
+        + f"{chars(rng, HEX, 8)}:{chars(rng, HEX, 8)}"
+    ),
+    "aws_bedrock_key": _either(
+        lambda rng: "ABSK" + _b64(b"BedrockAPIKey-" + rng.randbytes(100)).rstrip("="),
+        lambda rng: (
+            "bedrock-api-key-YmVkcm9jay5hbWF6b25hd3MuY29t"
+            + _b64url(b"/?Action=CallWithBearerToken&X-Amz-Credential=" + rng.randbytes(60))
+        ),
+    ),
+    "clickhouse_cloud_key": lambda rng: (
+        "4b1d" + rng.choice(UPPER) + rng.choice(LOWER) + rng.choice(DIGITS) + chars(rng, ALNUM, 35)
+    ),
+    "twitter_bearer_token": lambda rng: (
+        "A" * 22 + quote(_b64(rng.randbytes(60)), safe="") + rng.choice(ALNUM)
+    ),
+    "authress_key": lambda rng: (
+        f"sc_{chars(rng, LOWER + DIGITS, 20)}.{chars(rng, LOWER, 4)}.acc_{chars(rng, LOWER, 12)}"
+        f".{chars(rng, B64URL, 63)}{rng.choice(ALNUM)}"
+    ),
+    "adobe_client_secret": _fixed("p8e-", ALNUM, 32),
+    "intra42_secret": lambda rng: f"s-s4t2{rng.choice(['ud', 'af'])}-{chars(rng, HEX, 64)}",
+    "maxmind_key": lambda rng: f"{chars(rng, ALNUM, 6)}_{chars(rng, ALNUM, 29)}_mmk",
+    "shippo_token": lambda rng: f"shippo_{rng.choice(['live', 'test'])}_{chars(rng, HEX, 40)}",
+    "duffel_token": lambda rng: (
+        f"duffel_{rng.choice(['live', 'test'])}_{chars(rng, B64URL, 42)}{rng.choice(ALNUM)}"
+    ),
+    "easypost_key": lambda rng: f"EZ{rng.choice('AT')}K{chars(rng, ALNUM, 54)}",
+    "flutterwave_key": lambda rng: rng.choice(
+        [
+            f"FLWSECK_TEST-{chars(rng, HEX, 32)}-X",
+            f"FLWPUBK-{chars(rng, HEX, 32)}-X",
+            f"FLWSECK_TEST{chars(rng, HEX, 12)}",
+        ]
+    ),
 }
 
 
@@ -643,7 +698,9 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     "circleci_token": _placeholder("CCIPAT_xxxxxxxxxxxxxxxxxxxxxx_", 40, "0"),
     "buildkite_token": _short(PROVIDER_GENERATORS["buildkite_token"], 20),
     "artifactory_token": _one_of(
-        _placeholder("AKCp", 69), lambda rng: _b64(b"reftkx:01:" + rng.randbytes(38))
+        # (any base64 of "ref" and a letter t-w is a reference token's shape, cmVmd)
+        _placeholder("AKCp", 69),
+        lambda rng: _b64(b"rEftkn:01:" + rng.randbytes(38)),
     ),
     "slack_token": _prose(
         "Use an xoxb-your-bot-token-here value.", "xapp-level-tokens are different"
@@ -662,7 +719,7 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     ),
     "telegram_bot_token": _one_of(
         lambda rng: f"{_digits(rng, 10)}:AA" + "x" * 33,
-        lambda rng: f"{_digits(rng, 10)}:AB{chars(rng, ALNUM, 33)}",
+        lambda rng: f"{_digits(rng, 10)}:BA{chars(rng, ALNUM, 33)}",
     ),
     "azure_storage_key": _one_of(
         lambda rng: "integrity sha512-" + _b64(rng.randbytes(64)),  # a lockfile hash, no keyword
@@ -719,7 +776,8 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     ),
     "datadog_key": _one_of(
         lambda rng: chars(rng, HEX, 32),  # bare: no keyword
-        lambda rng: "DD_APP_KEY=" + "0" * 40,
+        # (after a key named like a secret, DD_APP_KEY=, any value is replaced)
+        lambda rng: "DATADOG_TRACE_ID=" + "0" * 40,
     ),
     "grafana_token": _one_of(
         _placeholder("glsa_", 41),
@@ -788,6 +846,40 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     "together_key": _placeholder("tgp_v1_", 43),
     "nvidia_key": _placeholder("nvapi-", 64),
     "elevenlabs_key": _placeholder("sk_", 48, "0"),
+    "gitlab_session": _one_of(
+        lambda rng: "_gitlab_session=" + "0" * 32, _prose("clear the _gitlab_session cookie")
+    ),
+    "sourcegraph_token": _one_of(_placeholder("sgp_", 40, "0"), _prose("sgp_ access tokens")),
+    "clojars_token": _placeholder("CLOJARS_", 60),
+    "readme_token": _one_of(_placeholder("rdme_", 70), _prose("the rdme_ key of ReadMe")),
+    # A dotted path, no token: its parts lack the mix of a generated one.
+    "harness_token": lambda rng: "pat." + "a" * 22 + "." + "b" * 24 + "." + "c" * 20,
+    "octopus_key": _one_of(
+        _prose("see API-REFERENCE-DOCUMENTATION-INDEX", "API-GATEWAY-DEPLOYMENT-STAGE-NAMES"),
+        _placeholder("API-", 26, "X"),
+    ),
+    "prefect_token": _placeholder("pnu_", 36),
+    "infracost_token": _one_of(_placeholder("ico-", 32), _prose("ico-file icons")),
+    "scalingo_token": _placeholder("tk-us-", 48),
+    "settlemint_token": _placeholder("sm_pat_", 16),
+    "frameio_token": _placeholder("fio-u-", 64),
+    "sidekiq_secret": _prose("BUNDLE_ENTERPRISE__CONTRIBSYS__COM is set by the CI"),
+    "aws_bedrock_key": _one_of(
+        _placeholder("ABSK", 120), _prose("Bedrock API keys start with ABSK")
+    ),
+    # A SHA-1 digest that happens to open with 4b1d: lower-case hex, no upper case.
+    "clickhouse_cloud_key": lambda rng: "4b1d" + chars(rng, HEX, 36),
+    "twitter_bearer_token": lambda rng: "A" * 120,
+    "authress_key": _prose("sc_account.v1.acc_id.placeholder-placeholder-placeholder"),
+    "adobe_client_secret": _placeholder("p8e-", 32),
+    "intra42_secret": _placeholder("s-s4t2ud-", 64, "0"),
+    "maxmind_key": lambda rng: "xxxxxx_" + "x" * 29 + "_mmk",
+    "shippo_token": _placeholder("shippo_test_", 40, "0"),
+    "duffel_token": _placeholder("duffel_test_", 43),
+    "easypost_key": _placeholder("EZAK", 54),
+    "flutterwave_key": _one_of(
+        lambda rng: "FLWSECK_TEST-" + "0" * 32 + "-X", _prose("FLWPUBK keys are public keys")
+    ),
 }
 
 # Detectors whose generators may put the value after a keyword ("DD_APP_KEY=<hex>").
@@ -824,6 +916,8 @@ def secret_part(name: str, credential: str) -> str:
         return credential.removeprefix("FlyV1 ")
     if name == "mailgun_key" and credential.startswith("api:"):
         return credential[4:]
+    if name in ("gitlab_session", "sidekiq_secret"):
+        return re.split(r"[=:] ?", credential, maxsplit=1)[1]
     keyed = _KEYED.search(credential) if name in _KEYED_NAMES else None
     return keyed.group(1) if keyed is not None else credential
 
@@ -866,9 +960,19 @@ _UNCHECKED = (
     "sendgrid_key", "brevo_key", "shopify_token", "facebook_token", "square_token",
     "braintree_token", "stripe_webhook_secret", "huggingface_token", "replicate_token",
     "perplexity_key", "xai_key", "langsmith_key", "pinecone_key", "tavily_key",
-    "together_key", "nvidia_key", "elevenlabs_key",
+    "together_key", "nvidia_key", "elevenlabs_key", "sourcegraph_token", "clojars_token",
+    "readme_token", "harness_token", "octopus_key", "prefect_token", "infracost_token",
+    "scalingo_token", "settlemint_token", "frameio_token", "aws_bedrock_key",
+    "clickhouse_cloud_key", "twitter_bearer_token", "authress_key", "adobe_client_secret",
+    "intra42_secret", "shippo_token", "duffel_token", "easypost_key",
 )  # fmt: skip
 
+
+# AKIA long-term, ASIA temporary, ABIA and ACCA, A3T<x> legacy key ids (gl aws-access-token).
+_AWS_KEY_PREFIXES = (
+    ("key_id", "AKIA"), ("temporary", "ASIA"), ("sts_bearer", "ABIA"), ("context", "ACCA"),
+    ("legacy", "A3T7"),
+)  # fmt: skip
 
 SHAPES: tuple[Shape, ...] = (
     *_shapes(
@@ -930,13 +1034,19 @@ SHAPES: tuple[Shape, ...] = (
     # A marker inside the token marks it as a prefix does.
     Shape("azure_identifiable_key", "key", PROVIDER_GENERATORS["azure_identifiable_key"]),
     Shape("telegram_bot_token", "bot", PROVIDER_GENERATORS["telegram_bot_token"]),
+    # (its other keys end in "-X", which a cut or a typo takes away with the token's end)
+    Shape("flutterwave_key", "encryption", _fixed("FLWSECK_TEST", HEX, 12, HEX)),
     *_plain(*_UNCHECKED),
     # rules.py's prefixed detectors.
-    Shape("aws_access_key", "key_id", _fixed("AKIA", UPPER + "234567", 16, UPPER + "234567")),
+    *(
+        Shape("aws_access_key", variant, _fixed(prefix, UPPER + "234567", 16, UPPER + "234567"))
+        for variant, prefix in _AWS_KEY_PREFIXES
+    ),
     Shape("google_api_key", "key", _fixed("AIzaSy", B64URL, 33)),
     Shape("openai_key", "project", _fixed("sk-proj-", ALNUM, 48)),
     Shape("anthropic_key", "api", _anthropic),
     Shape("stripe_key", "live", _fixed("sk_live_", ALNUM, 24)),
+    Shape("stripe_key", "restricted_prod", _fixed("rk_prod_", ALNUM, 24)),
 )
 
 # Provider detectors whose shape alone says little (no prefix, a two-letter one, a value
@@ -953,6 +1063,8 @@ GENERIC_SHAPES = frozenset(
         "discord_bot_token",  # <base64 id>.<6>.<27>
         "mailchimp_key", "mailgun_key",  # <32 hex>-us<n>, key-<32 hex>
         "twilio_key",  # AC/SK<32 hex>
+        "maxmind_key",  # <6>_<29>_mmk: cut short, its marker is gone
+        "gitlab_session", "sidekiq_secret",  # a value after its name
     }
 )  # fmt: skip
 

@@ -338,12 +338,12 @@ def _onepassword(value: str) -> str | None:
 
 
 def _artifactory(value: str) -> str | None:
-    body = value[8:] if value.startswith("cmVmdGtu") else value[4:]  # base64 of "reftkn"
+    body = value[5:] if value.startswith("cmVmd") else value[4:]  # base64 of "ref" + t..w
     return value if looks_random(body) and _classes(body) >= 2 else None
 
 
 def _artifactory_verified(value: str) -> bool:
-    if not value.startswith("cmVmdGtu"):
+    if not value.startswith("cmVmd"):
         return False  # AKCp keys carry no check
     try:
         return _b64decode(value).startswith(b"reftkn:")
@@ -365,8 +365,11 @@ def _planetscale(value: str) -> str | None:
 
 
 def _slack(value: str) -> str | None:
-    # Slack tokens hold numeric ids; prose ("xoxb-your-bot-token") does not.
-    return value if any(c.isdigit() for c in value[5:]) else None
+    # Slack tokens hold numeric ids, or (legacy xoxa/xoxr, gl slack-legacy-workspace-token)
+    # a random body; prose ("xoxb-your-bot-token") neither.
+    body = value[5:]
+    random_body = looks_random(body) and _classes(body) >= 2
+    return value if any(c.isdigit() for c in body) or random_body else None
 
 
 def _supabase(value: str) -> str | None:
@@ -394,7 +397,8 @@ def _newrelic(value: str) -> str | None:
 
 
 def _square(value: str) -> str | None:
-    return value if looks_random(value[4:] if value[:4] == "EAAA" else value[7:], 64) else None
+    body = value[4:] if value[:4] == "EAAA" else value[7:]
+    return value if looks_random(body, 64) and _classes(body) >= 2 else None
 
 
 def _mailgun(value: str) -> str | None:
@@ -413,6 +417,20 @@ def _azure_identifiable(value: str) -> str | None:
     return value if 50 <= at <= 56 and looks_random(value[:at]) else None
 
 
+def _vault(value: str) -> str | None:
+    if value.startswith("s."):
+        body = value[2:]
+        return value if looks_random(body) and _classes(body) == 3 else None
+    body = value[4:]
+    return value if looks_random(body, 64) and _classes(body) >= 2 else None
+
+
+def _flutterwave_body(value: str) -> str:
+    # FLWSECK_TEST-<body>-X, FLWPUBK-<body>-X, FLWSECK_TEST<body>
+    value = value.removesuffix("-X")
+    return value.split("-", 1)[1] if "-" in value else value[12:]
+
+
 def _terraform(value: str) -> str | None:
     head, _, secret = value.split(".", 2)  # <14>.atlasv1.<60-70>
     return value if len(head) == 14 and looks_random(secret, 64) else None
@@ -420,7 +438,7 @@ def _terraform(value: str) -> str | None:
 
 def _telegram(value: str) -> str | None:
     bot_id, _, secret = value.partition(":")
-    ok = 6 <= len(bot_id) <= 12 and looks_random(secret, 64) and _classes(secret) >= 2
+    ok = 5 <= len(bot_id) <= 16 and looks_random(secret, 64) and _classes(secret) >= 2
     return value if ok else None
 
 
@@ -464,12 +482,14 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     # --- source hosting, CI, package registries ---------------------------------------
     # Replaces rules.github_token. gh[pousr]_<30><CRC32 base62 6> (github.blog 2021-04-05;
     # cs ValueGitHubCheck), from the 30 random characters (the checksum is computed from
-    # them) to 40; github_pat_<22>_<59> (gl); ghs_<app id>_<JWT> (GitHub changelog
-    # 2026-04, cs), also cut before its signature.
+    # them) to 40; github_pat_<22>_<59>, or any 82 word characters after the prefix (gl
+    # github-fine-grained-pat); ghs_<app id>_<JWT> (GitHub changelog 2026-04, cs), also cut
+    # before its signature.
     Detector(
         "github_token",
         r"\b(?:gh[pousr]_[A-Za-z0-9]{30,40}\b|ghs_[0-9]{1,20}_eyJ[A-Za-z0-9_-]{10,}"
-        r"(?:\.[A-Za-z0-9_-]*){0,2}|github_pat_[A-Za-z0-9]{20,26}_[A-Za-z0-9]{57,63}\b)",
+        r"(?:\.[A-Za-z0-9_-]*){0,2}|github_pat_[A-Za-z0-9]{20,26}_[A-Za-z0-9]{57,63}\b|"
+        r"github_pat_\w{78,86}\b)",
         _github,
         verify=_github_verified,
     ),
@@ -484,6 +504,11 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"(?:\.[0-9a-z]{2}\.[0-9a-z]{7,13}\b)?|GR1348941[0-9A-Za-z_-]{18,26})",
         _gitlab,
         verify=_gitlab_verified,
+    ),
+    Detector(  # the session cookie's value, outside a Cookie header (gl gitlab-session-cookie)
+        "gitlab_session",
+        r"\b_gitlab_session=(?P<gitlab_session__value>[0-9a-z]{30,34})\b",
+        _random_part(lambda value: value, 36),
     ),
     # ATATT3xFfG... Jira/Confluence API tokens, ATCTT3xFfG... Bitbucket repository tokens,
     # ATBB<24><8> app passwords: CRC32 of the token in the last 8 hex (gl, cs).
@@ -517,11 +542,44 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         "circleci_token", r"\bCCIPAT_[A-Za-z0-9]{22}_[a-f0-9]{38,44}\b", _after(7)
     ),
     Detector("buildkite_token", r"\bbkua_[a-f0-9]{38,44}\b", _after(5, 16)),  # th buildkite v2
-    Detector(  # th artifactory, artifactoryreferencetoken; cs
+    # AKCp<69> API keys; cmVmd<59> reference tokens, the base64 of "reftkn:..." (gl
+    # artifactory-reference-token, th, cs).
+    Detector(
         "artifactory_token",
-        r"\b(?:AKCp[A-Za-z0-9]{67,73}|cmVmdGtu[A-Za-z0-9]{54,60})\b",
+        r"\b(?:AKCp[A-Za-z0-9]{67,73}|cmVmd[A-Za-z0-9]{57,63})\b",
         _artifactory,
         verify=_artifactory_verified,
+    ),
+    Detector(  # sgp_<16 hex or "local">_<40 hex>, legacy sgp_<40 hex> (gl sourcegraph-access-token)
+        "sourcegraph_token",
+        r"\bsgp_(?:(?:[a-fA-F0-9]{16}|local)_)?[a-fA-F0-9]{38,44}\b",
+        _last_field("_", 16),
+    ),
+    Detector(  # gl clojars-api-token
+        "clojars_token", r"\bCLOJARS_[A-Za-z0-9]{58,64}\b", _after(8, 36)
+    ),
+    Detector("readme_token", r"\brdme_[a-z0-9]{68,74}\b", _after(5, 36)),  # gl readme-api-token
+    Detector(  # (pat|sat).<22>.<24>.<20> (gl harness-api-key)
+        "harness_token",
+        r"\b(?:pat|sat)\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{18,24}\b",
+        _last_field("."),
+    ),
+    Detector(  # API-<26> (gl octopus-deploy-api-key)
+        "octopus_key", r"\bAPI-[A-Z0-9]{24,30}\b", _after(4, 36, 2)
+    ),
+    Detector("prefect_token", r"\bpnu_[A-Za-z0-9]{34,40}\b", _after(4, 62, 2)),  # gl
+    Detector("infracost_token", r"\bico-[A-Za-z0-9]{30,36}\b", _after(4, 62, 2)),  # gl
+    Detector("scalingo_token", r"\btk-us-[A-Za-z0-9_-]{46,52}", _after(6, 64)),  # gl
+    Detector(  # sm_aat_/sm_pat_/sm_sat_<16> (gl settlemint-*)
+        "settlemint_token", r"\bsm_[aps]at_[A-Za-z0-9]{14,20}\b", _after(7, 62, 2)
+    ),
+    Detector("frameio_token", r"\bfio-u-[A-Za-z0-9_=-]{62,68}", _after(6, 64)),  # gl
+    # Sidekiq Enterprise/Pro gem server credentials, <8 hex>:<8 hex> after the Bundler
+    # setting that names its host (gl sidekiq-secret); in a URL they are url_credentials'.
+    Detector(
+        "sidekiq_secret",
+        r"(?i:\bBUNDLE_(?:ENTERPRISE|GEMS)__CONTRIBSYS__COM)\\?[\"']?[ \t]*[=:][ \t]*\\?[\"']?"
+        r"(?P<sidekiq_secret__value>[a-fA-F0-9]{8}:[a-fA-F0-9]{8})\b",
     ),
     # --- chat and webhooks ----------------------------------------------------------------
     # Replaces rules.slack_token, adding xoxc/xoxd (browser token and cookie, as used by
@@ -537,8 +595,11 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         "slack_webhook_url",
         r"\bhooks\.slack\.com/(?:services/T[A-Z0-9]{6,12}/B[A-Z0-9]{6,12}|workflows/T[A-Z0-9]{6,12}"
         r"/A[A-Z0-9]{6,12}/[0-9]{17,19}|triggers/T[A-Z0-9]{6,12}/[0-9]{8,20})/"
-        r"(?P<slack_webhook_url__value>[A-Za-z0-9]{23,32})\b",
-        _mixed,
+        r"(?P<slack_webhook_url__value>[A-Za-z0-9]{23,32})\b|"
+        # Any path of gitleaks' slack-webhook-url shape: all of it replaced.
+        r"\bhooks\.slack\.com/(?:services|workflows|triggers)/"
+        r"(?P<slack_webhook_url__value2>[A-Za-z0-9+/]{43,56})",
+        lambda value: _mixed(value.replace("/", "").replace("+", "")),
     ),
     Detector(  # th discordwebhook, cs: .../webhooks/<id>/<68>
         "discord_webhook_url",
@@ -557,8 +618,9 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"\b[MNO][A-Za-z0-9_-]+\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
         _discord_bot,
     ),
-    # <bot id>:AA<33> (gl telegram-bot-api-token, th, cs), from two short to four long.
-    Detector("telegram_bot_token", r"\b[0-9]+:AA[A-Za-z0-9_-]{31,37}", _telegram),
+    # <bot id>:AA<33> (th, cs); gl telegram-bot-api-token asks one "A": <5-16 digits>:A<34>.
+    # From two short to four long.
+    Detector("telegram_bot_token", r"\b[0-9]+:A[A-Za-z0-9_-]{32,38}", _telegram),
     # --- cloud -----------------------------------------------------------------------------
     # Azure storage account keys (88-character base64) after a keyword naming them,
     # including AccountKey= in connection strings (th azure_storage).
@@ -621,8 +683,19 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     # Tencent Cloud SecretId: AKID<32> (Tencent Cloud CAM docs; not in gl/th).
     Detector("tencent_key", r"\bAKID[A-Za-z0-9]{30,36}\b", _after(4, 62, 2)),
+    # ABSK<base64> long-lived keys (base64 of "BedrockAPIKey-..."); short-lived ones open
+    # with the base64 of "bedrock.amazonaws.com" (gl aws-amazon-bedrock-api-key-*).
+    Detector(
+        "aws_bedrock_key",
+        r"\b(?:ABSK[A-Za-z0-9+/]{100,}={0,2}|"
+        r"bedrock-api-key-YmVkcm9jay5hbWF6b25hd3MuY29t[A-Za-z0-9+/=%_-]*)",
+        lambda value: value if value[0] == "b" or looks_random(value[4:], 64) else None,
+    ),
+    # 4b1d<38> ClickHouse Cloud API secret keys (gl clickhouse-cloud-api-secret-key): "4b1d"
+    # opens a SHA-1 digest in 65,536, so the 38 must mix cases and digits.
+    Detector("clickhouse_cloud_key", r"\b4b1d[A-Za-z0-9]{36,42}\b", _after(4, 62, 3)),
     Detector(  # gl digitalocean-*, th digitaloceanv2
-        "digitalocean_token", r"\bdo[opr]_v1_[a-f0-9]{62,68}\b", _after(7, 16)
+        "digitalocean_token", r"\bdo[opr]_v1_[a-fA-F0-9]{62,68}\b", _after(7, 16)
     ),
     # cfut_/cfat_/cfk_<40><8 hex> (Cloudflare docs "Token formats", 2026; th v2);
     # v1.0-<24>-<146> Origin CA keys (gl); pre-2026 tokens and hex global keys only
@@ -684,7 +757,9 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     Detector("pulumi_token", r"\bpul-[a-f0-9]{38,44}\b", _after(4, 16)),  # gl, th
     # hvs./hvb./hvr.: service, batch, recovery tokens; OSS Vault service tokens are
     # hvs.<24>, HCP ones ~90 (gl vault-*, th hashicorpvault, cs).
-    Detector("vault_token", r"\bhv[sbr]\.[A-Za-z0-9_-]{22,}", _after(4, 64, 2)),
+    # Before Vault 1.10: s.<24> service tokens (gl vault-service-token), only when the 24
+    # mix upper case, lower case and digits ("s.getElementsByTagNameNS" is code).
+    Detector("vault_token", r"\b(?:hv[sbr]\.[A-Za-z0-9_-]{22,}|s\.[A-Za-z0-9]{22,26}\b)", _vault),
     Detector(  # <14>.atlasv1.<67> (gl hashicorp-tf-api-token, th, cs)
         "terraform_token",
         r"\b[A-Za-z0-9]+\.atlasv1\.[A-Za-z0-9_=-]{60,70}",
@@ -718,11 +793,12 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         ),
         _random_part(lambda value: value, 16),
     ),
-    # glsa_<32>_<CRC32 hex> (Grafana satokengen, gl, cs); glc_<base64 JSON> (gl, th);
+    # glsa_<32>_<CRC32 hex> (Grafana satokengen, gl, cs); glc_<base64 JSON> (th), any
+    # base64 of 32+ after glc_ (gl grafana-cloud-api-token);
     # eyJrIjoi<base64 JSON> legacy API keys (gl, cs).
     Detector(
         "grafana_token",
-        r"\b(?:glsa_[A-Za-z0-9]{30,36}(?:_[A-Za-z0-9]*)?\b|glc_eyJ[A-Za-z0-9+/_-]{30,}={0,3}|"
+        r"\b(?:glsa_[A-Za-z0-9]{30,36}(?:_[A-Za-z0-9]*)?\b|glc_[A-Za-z0-9+/_-]{32,}={0,3}|"
         r"eyJrIjoi[A-Za-z0-9+/_-]{40,}={0,3})",
         _grafana,
         verify=_grafana_verified,
@@ -743,10 +819,17 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(  # gl dynatrace-api-token, cs
         "dynatrace_token",
-        r"\bdt0[a-z][0-9]{2}\.[A-Z0-9]{24}\.[A-Z0-9]{62,68}\b",
+        r"\bdt0[a-z][0-9]{2}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{62,68}\b",
         _last_field(".", 36),
     ),
     Detector("posthog_key", r"\bphx_[A-Za-z0-9_]{41,52}\b", _after(4, 63, 2)),  # th posthog
+    # App-only bearer tokens: 21-22 "A"s, then URL-encoded base64 (gl twitter-bearer-token;
+    # X's documentation's example has 21).
+    Detector(
+        "twitter_bearer_token",
+        r"\bA{20}[A-Za-z0-9%]{80,110}",
+        _random_part(lambda value: value[20:].lstrip("A").replace("%", ""), 64, 2),
+    ),
     # --- identity and productivity --------------------------------------------------------
     # 00<40> after "okta" or the SSWS scheme (gl okta-access-token, th okta).
     Detector(
@@ -759,6 +842,23 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         "linear_key",
         r"\b(?:lin_api_[A-Za-z0-9]{38,44}|lin_oauth_[a-f0-9]{62,68})\b",
         _last_field("_"),
+    ),
+    Detector(  # <sc|ext|scauth|authress>_<id>.<4-6>.acc_<id>.<secret> (gl authress-*)
+        "authress_key",
+        r"\b(?:sc|ext|scauth|authress)_[A-Za-z0-9]{5,30}\.[A-Za-z0-9]{4,6}\.acc[_-]"
+        r"[A-Za-z0-9-]{10,32}\.[A-Za-z0-9+/_=-]{30,120}",
+        _last_field(".", 64),
+    ),
+    Detector(  # p8e-<32> (gl adobe-client-secret)
+        "adobe_client_secret", r"\bp8e-[A-Za-z0-9]{30,36}\b", _after(4, 62, 2)
+    ),
+    Detector(  # s-s4t2ud-/s-s4t2af-<64 hex> (gl intra42-client-secret)
+        "intra42_secret", r"\bs-s4t2(?:ud|af)-[a-fA-F0-9]{62,68}\b", _after(9, 16)
+    ),
+    Detector(  # <6>_<29>_mmk (gl maxmind-license-key)
+        "maxmind_key",
+        r"\b[A-Za-z0-9]{6}_[A-Za-z0-9]{27,31}_mmk\b",
+        _random_part(lambda value: value[:-4].replace("_", "")),
     ),
     # secret_<43> (th notion): "secret_" is a common word, the length stays exact;
     # ntn_<46> (gl notion-api-token, cs).
@@ -778,7 +878,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(  # gl postman-api-token, th, cs
         "postman_key",
-        r"\b(?:PMAK-[a-f0-9]{24}-[a-f0-9]{32,38}|PMAT-[0-9A-Z]{24,30})\b",
+        r"\b(?:PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{32,38}|PMAT-[0-9A-Z]{24,30})\b",
         _after(5, 16),
     ),
     Detector(  # pat-<region>-<uuid> private app tokens (th hubspot_apikey v2)
@@ -795,16 +895,16 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector("adafruit_key", r"\baio_[A-Za-z0-9]{26,32}\b", _after(4, 62, 2)),  # th adafruitio
     # --- email, messaging, payments ----------------------------------------------------
-    Detector(  # SG.<22>.<43> (th sendgrid, gl, cs)
+    Detector(  # SG.<22>.<43> (th sendgrid, cs); any 66 of [\w=.-] (gl sendgrid-api-token)
         "sendgrid_key",
-        r"\bSG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{41,47}",
-        _last_field(".", 64),
+        r"\bSG\.[A-Za-z0-9_=.-]{64,70}",
+        _random_part(lambda value: value[3:].replace(".", ""), 64, 2),
     ),
     # AC<32 hex> account SIDs, SK<32 hex> API key SIDs (gl twilio-api-key, th twilio,
     # cs); 32-hex auth tokens after "twilio".
     Detector(
         "twilio_key",
-        r"\b(?:AC|SK)[0-9a-f]{32}\b|" + _keyed("twilio_key", r"twilio", r"[0-9a-f]{32}"),
+        r"\b(?:AC|SK)[0-9a-fA-F]{32}\b|" + _keyed("twilio_key", r"twilio", r"[0-9a-f]{32}"),
         _tail(32, 16),
     ),
     # <32 hex>-<8 hex>-<8 hex> (th mailgun); key-<32 hex> as curl's api:key-... or after
@@ -828,11 +928,33 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     # Facebook before Square: both may open with "EAAA"; Facebook's are far longer
     # (gl facebook-page-access-token, cs).
-    Detector("facebook_token", r"\bEAA[A-Za-z0-9]{100,}\b", _after(4, 62, 2)),
-    Detector(  # EAAA<60> (gl square-access-token, th square, cs); sq0atp/sq0csp (cs)
+    # EAA<100+> user and page tokens; <app id>|<app secret> app tokens, "|" maybe
+    # percent-encoded (gl facebook-access-token).
+    Detector(
+        "facebook_token",
+        r"\bEAA[A-Za-z0-9]{100,}\b|\b[0-9]{15,16}(?:\||%7[Cc])"
+        r"(?P<facebook_token__value>[A-Za-z0-9_-]{27,40})\b",
+        _random_part(lambda value: value[4:] if value.startswith("EAA") else value, 62, 2),
+    ),
+    Detector(  # EAAA<60>, from 22 (gl square-access-token, th square, cs); sq0atp/sq0csp (cs)
         "square_token",
-        r"\b(?:EAAA[A-Za-z0-9_-]{58,64}|sq0atp-[A-Za-z0-9_-]{20,26}|sq0csp-[A-Za-z0-9_-]{41,47})",
+        r"\b(?:EAAA[A-Za-z0-9_-]{22,64}|sq0atp-[A-Za-z0-9_-]{20,26}|sq0csp-[A-Za-z0-9_-]{41,47})",
         _square,
+    ),
+    Detector(  # gl shippo-api-token
+        "shippo_token", r"\bshippo_(?:live|test)_[a-fA-F0-9]{38,44}\b", _after(12, 16)
+    ),
+    Detector(  # gl duffel-api-token
+        "duffel_token", r"\bduffel_(?:test|live)_[A-Za-z0-9_=-]{41,47}", _after(12, 64)
+    ),
+    Detector(  # EZAK/EZTK<54> (gl easypost-*)
+        "easypost_key", r"\bEZ[AT]K[A-Za-z0-9]{52,58}\b", _after(4, 62, 2)
+    ),
+    # FLWSECK-/FLWPUBK-<32 hex>-X, FLWSECK_TEST<12 hex> encryption keys (gl flutterwave-*).
+    Detector(
+        "flutterwave_key",
+        r"\bFLW(?:SECK|PUBK)(?:_TEST)?-?[A-Za-z0-9]{10,36}(?:-X)?\b",
+        _random_part(_flutterwave_body, 36),
     ),
     Detector(  # access_token$production$<16>$<32> (cs PayPal Braintree Access Token)
         "braintree_token",

@@ -29,6 +29,7 @@ import base64
 import binascii
 import functools
 import hmac
+import itertools
 import json
 import logging
 import re
@@ -286,6 +287,7 @@ class Redactor:
                 patterns = [p for p in shadows if p is not None]
             self._prefilter = prefilter.Prefilter(patterns, bytes_only=self._shadowed, **selection)
         self._subsets: dict[frozenset[int], _Matcher] = {}
+        self._without: dict[frozenset[str], _Matcher] = {}  # _others
         self._matchable = frozenset(range(len(detectors) + 2))  # what a subset is made of
         self._scan_bytes = re2.compile(self._scan.pattern.encode(), options)
         self._chooser = _Chooser()
@@ -872,27 +874,41 @@ class Redactor:
             return text
         pieces: list[bytes] = []
         cursor = 0
-        matches = matcher.data.finditer(view)
-        while (match := next(matches, None)) is not None:
+        matches = _paired(matcher, view, 0)
+        while (item := next(matches, None)) is not None:
+            match, used = item  # (used: the matcher that found it, for its group table)
             # lastindex is the rule's own group (it closes after any inner value group);
             # the wrapper's lastgroup recomputes the group table on every call.
-            rule = matcher.rule_of_group.get(match.lastindex or 0)
+            rule = used.rule_of_group.get(match.lastindex or 0)
             if rule is None or rule == "pseudonym" or match.start() < cursor:
                 continue  # (before the cursor: inside the value of a key replaced below)
-            replaced = self._replace(rule, match, matcher, data, pieces, cursor, where, fired)
+            replaced = self._replace(rule, match, used, data, pieces, cursor, where, fired)
             if replaced == cursor and rule in _NUMBER_RULES:
                 # Each candidate the generator gives is tried; it goes on while they fail.
                 for candidate in self._numbers_within(rule, match, view):
                     replaced = self._replace(*candidate, data, pieces, cursor, where, fired)
                     if replaced != cursor:  # the search resumes after it (rarely: anew)
-                        matches = matcher.data.finditer(view, replaced)
+                        matches = _paired(matcher, view, replaced)
                         break
-            elif cursor < replaced < match.end() and rule not in self._context_rules:
+            elif replaced == cursor and rule != "base64_blob":
+                # A match its checks turn down hides nothing: at one start the first
+                # alternative wins, and a provider's keyword match turned down
+                # ("CLOUDFLARE_API_KEY=<not its key's shape>") took the span in which the
+                # key=value rule finds the secret. The other detectors look at that span
+                # again; then the search goes on after it.
+                others = self._others(used, rule)
+                if others is not None:
+                    matches = itertools.chain(
+                        _paired(others, view, match.start(), match.end()),
+                        _paired(matcher, view, match.end()),
+                    )
+            elif cursor < replaced < match.end():
                 # The secret is the first part of its match (a card, and the first digits
-                # of a phone after it): the search resumes where it ends.
-                matches = matcher.data.finditer(view, replaced)
+                # of a phone after it; a key's unquoted value, trimmed where the line goes
+                # on: "password: x, token=y"): the search resumes where it ends.
+                matches = _paired(matcher, view, replaced)
             cursor = replaced
-            keyed = self._named_like_credential(rule, view, match, matcher)
+            keyed = self._named_like_credential(rule, view, match, used)
             if keyed is not None:
                 cursor = self._replace(*keyed, data, pieces, cursor, where, fired)
         if not pieces:
@@ -959,6 +975,20 @@ class Redactor:
             # Last, the number right after the "+", which may stand for a blank: a query
             # string's "q=my+card+4111111111111111" is no number dialled from abroad.
             yield from self._numbers_at(view, start + 1, frozenset())
+
+    def _others(self, used: _Matcher, rule: str) -> _Matcher | None:
+        """The matcher of ``used``'s detectors but ``rule`` (None: there is no other)."""
+        names = frozenset(used.value_groups) - {rule}
+        if not names:
+            return None
+        others = self._without.get(names)
+        if others is None:
+            if len(self._without) >= _MAX_SUBSETS:
+                self._without.clear()
+            others = self._without[names] = _matcher(
+                [d for d in self._detectors if d.name in names], self._options
+            )
+        return others
 
     @functools.cached_property
     def _phones(self) -> _Matcher:
@@ -1140,6 +1170,17 @@ class Redactor:
             self._counted.append(rule)
         self.stats.redactions += 1
         self.stats.by_rule[rule] = self.stats.by_rule.get(rule, 0) + 1
+
+
+def _paired(
+    matcher: _Matcher, view: bytes, start: int, before: int | None = None
+) -> Iterator[tuple[Any, _Matcher]]:
+    """``matcher``'s matches in ``view`` from ``start`` (that start before ``before``), each
+    with the matcher."""
+    pairs = ((match, matcher) for match in matcher.data.finditer(view, start))
+    if before is None:
+        return pairs
+    return itertools.takewhile(lambda pair: pair[0].start() < before, pairs)
 
 
 def _recallable(text: str) -> bool:

@@ -190,6 +190,12 @@ def _whole(predicate: Callable[[str], bool]) -> Callable[[str], str | None]:
     return lambda value: value if predicate(value) else None
 
 
+def _stripe(value: str) -> str | None:
+    body = value.split("_", 2)[2]
+    mixed = all(any(test(c) for c in body) for test in (str.isdigit, str.isupper, str.islower))
+    return value if len(body) >= 16 or mixed else None
+
+
 def _card_in(text: str) -> str | None:
     """The card number in a match: all of it, or — when more digits follow a card after a
     separator ("4111 1111 1111 1111 123") and the whole fails the checks — its longest
@@ -330,9 +336,10 @@ prefilter's shadow stands for it with one byte (``prefilter.shadow_pattern``).""
 # A quote around a key or a value, escaped when the text sits inside a JSON string.
 _QUOTE = r"(?:\\?[\"'])"
 # Key names (not secrets) that announce a secret value in text.
-_PASSWORD_KEYS = (
-    r"password|passwd|passphrase|pwd|secret|api[_-]?key|apikey|private[_-]?key|credentials?"  # noqa: S105
-)
+_PASSWORD_KEYS = r"password|passwd|passphrase|passcode|pwd|secret|api[_-]?key|apikey|private[_-]?key|credentials?"  # noqa: S105
+# Key names that announce a secret only as their end: ACCESS_KEY=, clientKey: (not
+# SharedAccessKeyName=, an AWS access_key_id).
+_KEY_END_KEYS = r"(?:access|app|consumer|master|signing|encryption|client|license)[_-]?key"
 _TOKEN_KEYS = r"(?:access|auth|refresh|id|session|bearer|csrf)?[_-]?token|session[_-]?id|sessid|sid"  # noqa: S105
 
 DETECTORS: tuple[Detector, ...] = (
@@ -345,10 +352,14 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
     Detector("openai_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
     # Key ids are 20 characters; one a character short or long is still one.
-    Detector("aws_access_key", r"\b(?:AKIA|ASIA)[0-9A-Z]{15,17}\b"),
+    # AKIA long-term, ASIA temporary, ABIA/ACCA (STS service bearer, context), A3T legacy
+    # (gl aws-access-token).
+    Detector("aws_access_key", r"\b(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[0-9A-Z]{15,17}\b"),
     Detector("github_token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
     Detector("slack_token", r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
-    Detector("stripe_key", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+    # Secret and restricted keys, live, test or prod (gl stripe-access-token); from 10
+    # characters, below 16 only when they mix cases and digits (not "sk_test_XXXXXXXXXX").
+    Detector("stripe_key", r"\b(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,}", _stripe),
     Detector("google_api_key", r"\bAIza[0-9A-Za-z_-]{33,39}"),  # 39 characters, give or take
     Detector("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     # Whitespace may arrive JSON-escaped (\n, \t) inside a raw JSON string.
@@ -392,7 +403,8 @@ DETECTORS: tuple[Detector, ...] = (
     # already pseudonymized (<...>) stay.
     Detector(
         "key_value_secret",
-        rf"(?i)\b[a-z0-9._-]*?(?:{_PASSWORD_KEYS})[a-z0-9_-]*{_QUOTE}?[ \t]*[:=][ \t]*"
+        rf"(?i)\b(?:[a-z0-9._-]*?(?:{_PASSWORD_KEYS})[a-z0-9_-]*|[a-z0-9._-]*?{_KEY_END_KEYS})"
+        rf"{_QUOTE}?[ \t]*[:=][ \t]*"
         r"(?:\"(?P<key_value_secret__value>[^\"<\x00][^\"\x00]*)\"|"
         r"'(?P<key_value_secret__value2>[^'<\x00][^'\x00]*)'|"
         # Quoted inside a JSON string (a shell's output in a tool result): to the \" that
@@ -407,7 +419,8 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "key_value_token",
         rf"(?i)\b[a-z0-9._-]*?(?:{_TOKEN_KEYS}){_QUOTE}?\s*[:=]\s*{_QUOTE}?"
-        r"(?P<key_value_token__value>[A-Za-z0-9._~+/=-]{8,})",
+        # A ":" inside: "<bot id>:<secret>" (Telegram), "<client id>:<secret>".
+        r"(?P<key_value_token__value>[A-Za-z0-9._~+/=-][A-Za-z0-9._~+/=:-]{7,})",
         _whole(lambda value: any(c.isalpha() for c in value)),
     ),
     # <password>…</password>, <apiKey>…</apiKey>; <accessToken>…</accessToken> (a token holds a
@@ -416,6 +429,16 @@ DETECTORS: tuple[Detector, ...] = (
         "xml_secret",
         rf"<(?i:[a-z0-9_.:-]*?(?:{_PASSWORD_KEYS})[a-z0-9_.-]*)(?:[ \t][^>\x00]*)?>"
         r"\s*(?P<xml_secret__value>[^<\s\x00][^<\x00]*)<",
+    ),
+    # A name and its value as two attributes of one element: .NET's <add key="ApiKey"
+    # value="..."/> (appSettings, NuGet's ClearTextPassword: gl nuget-config-password),
+    # <param name="password" value="..."/>, <entry key=... value=...>.
+    Detector(
+        "xml_attribute_secret",
+        rf"(?i:\b(?:key|name)[ \t]*=[ \t]*{_QUOTE}(?:[a-z0-9_.:-]*?(?:{_PASSWORD_KEYS}|token)"
+        rf"[a-z0-9_.-]*|[a-z0-9_.:-]*?{_KEY_END_KEYS}){_QUOTE}[ \t\r\n]+value[ \t]*=[ \t]*)"
+        r"(?:\\?\"(?P<xml_attribute_secret__value>[^\"\\<\x00]+)\\?\"|"
+        r"'(?P<xml_attribute_secret__value2>[^'<\x00]+)')",
     ),
     Detector(
         "xml_token",
@@ -463,14 +486,17 @@ DETECTORS: tuple[Detector, ...] = (
 # (``key_hints``). Each is a pattern over the key in lower case; ``{sep}`` is where a
 # compound may be split by one separator ("pass word", "api-key", "apiKey" read as api_key).
 _KEY_PARTS = (
-    "pass{sep}w(?:or)?d", "pass{sep}phrase", "secret", "api{sep}key", "private{sep}key",
-    "access{sep}key", "authorization", "cookie", "credential", "card{sep}number", "cvv",
-    "cvc", "ssn",
+    "pass{sep}w(?:or)?d", "pass{sep}phrase", "pass{sep}code", "secret", "api{sep}key",
+    "private{sep}key", "access{sep}key", "authorization", "cookie", "credential",
+    "card{sep}number", "cvv", "cvc", "ssn",
 )  # fmt: skip
 """Sensitive wherever they are in the key; the three-letter ones as a word of it
 (``_short_word``): three letters occur inside other words and generated ids."""
 _SHORT_KEY_PARTS = frozenset({"cvv", "cvc", "ssn"})
-_KEY_ENDS = ("token", "auth", "session", "session{sep}id", "sessid", "pwd", "pin", "otp", "sid")
+_KEY_ENDS = (
+    "token", "auth", "session", "session{sep}id", "sessid", "pwd", "pin", "otp", "sid",
+    "(?:app|consumer|master|signing|encryption|client|license){sep}key",
+)  # fmt: skip
 """Sensitive as the end of the key's last dotted part: the whole of it or after ``_``
 (``auth``, ``x_pin``), and ``token``, ``sessid`` and ``sessionid`` after anything
 (``csrftoken``, ``PHPSESSID``); ``input_tokens`` counts tokens."""

@@ -1,0 +1,232 @@
+"""What one match may hide from the others, and key names the text rules share with the
+attribute rules.
+
+At one start the first alternative of the redactor's one alternation wins, and a match
+covers a span: a match turned down by its checks, or a key's unquoted value trimmed where
+the line goes on, must not leave a secret inside that span in the clear. Every secret is
+generated at run time from a fixed seed (nothing secret-shaped is in the repository).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import string
+from collections.abc import Callable
+
+import pytest
+
+from collector.processors.redact import Redactor
+from collector.processors.rules import is_sensitive_key
+from tests.records import span_record
+from tests.secret_corpus import (
+    CORE_KINDS,
+    gen_aws_access_key,
+    gen_email,
+    gen_github_token,
+    gen_openai_key,
+)
+from tests.secretgen import PROVIDER_GENERATORS
+
+KEY = b"unit-test-overlaps-key"
+_rng = random.Random(20261206)
+_ALNUM = string.ascii_letters + string.digits
+
+
+def _mixed(count: int) -> str:
+    """Random letters of both cases and digits (a generated secret's look)."""
+    while True:
+        value = "".join(_rng.choice(_ALNUM) for _ in range(count))
+        if not (value.isalpha() or value.isdigit() or value.islower() or value.isupper()):
+            return value
+
+
+def _redacted(redactor: Redactor, text: str) -> tuple[str, list[str]]:
+    record = span_record(span_attributes={"note": text})
+    redactor([record])
+    return record.span_attributes["note"], [e.rsplit(":", 1)[1] for e in record.redactions]
+
+
+def _placements(text: str) -> list[str]:
+    """The text alone, inside a sentence, and as a tool message's content in JSON."""
+    return [text, f"the tool said: {text} (done)", json.dumps({"role": "tool", "content": text})]
+
+
+# --- a match turned down hides nothing ----------------------------------------------------
+# Provider keywords whose detectors take "<keyword>...KEY=<value>" and check the value's shape.
+# Each value here fails that check (the wrong alphabet, length or case), yet it follows a
+# key named like a secret, whose rule replaces any value.
+_KEYED_TURNED_DOWN: dict[str, Callable[[], str]] = {
+    "CLOUDFLARE_API_KEY": lambda: _mixed(37),  # a global key is lower-case hex
+    "DATADOG_API_KEY": lambda: "0" * 31 + "a",  # hex, but no random one
+    "MISTRAL_API_KEY": lambda: "a" * 32,
+    "COHERE_API_KEY": lambda: "b" * 40,
+    "TWILIO_SECRET": lambda: "c" * 32,
+    "ALIBABA_SECRET": lambda: "d" * 30,
+    "VERCEL_API_KEY": lambda: "e" * 24,
+    "NETLIFY_SECRET": lambda: "f" * 43,
+    "HEROKU_API_KEY": lambda: "00000000-0000-0000-0000-000000000000",
+    "OKTA_API_KEY": lambda: "00" + "g" * 40,
+}
+
+
+@pytest.mark.parametrize("key", sorted(_KEYED_TURNED_DOWN))
+@pytest.mark.parametrize("engine", [0, 1])
+def test_a_provider_match_turned_down_hides_no_key_value_secret(key: str, engine: int) -> None:
+    """ "CLOUDFLARE_API_KEY=<not a Cloudflare key's shape>": the provider's keyword match is
+    turned down by its check, and the value is still replaced, as after any key named like
+    a secret (before, the turned-down match took the span and the value was stored)."""
+    redactor = Redactor(KEY)
+    redactor.forced_engine = engine
+    value = _KEYED_TURNED_DOWN[key]()
+    for separator, placement in itertools.product(("=", ": ", " = "), range(3)):
+        text = _placements(f"{key}{separator}{value}")[placement]
+        stored, rules = _redacted(redactor, text)
+        assert value not in stored, (text, stored)
+        assert rules == ["key_value_secret"], (text, rules)
+
+
+# --- a trimmed value hides nothing after it ------------------------------------------------
+_LEADING = {  # a key and its unquoted value, then what goes on in the same line
+    "password: hunter2, ": "key_value_secret",
+    "db_password=hunter2;": "key_value_secret",
+    "secret=s3cr3t& ": "key_value_secret",
+    "API_KEY=k3y-v4lue; ": "key_value_secret",
+    "access_token=abcdefgh12345 ": "key_value_token",
+}
+
+
+def _following() -> dict[str, tuple[str, str]]:
+    """text -> (the part never stored, its rule); generated."""
+    card = CORE_KINDS["card_spaced"].generate(_rng).text
+    github = gen_github_token(_rng).text
+    aws = gen_aws_access_key(_rng).text
+    openai = gen_openai_key(_rng).text
+    email = gen_email(_rng).text
+    token = _mixed(24)
+    shared = _mixed(43) + "="
+    return {
+        f"token={token}": (token, "key_value_token"),
+        f"api_key={token[::-1]}": (token[::-1], "key_value_secret"),
+        f"owner {email}": (email, "email"),
+        f"card {card}": (card, "credit_card"),
+        f"gh {github}": (github, "github_token"),
+        f"aws {aws}": (aws, "aws_access_key"),
+        f"llm {openai}": (openai, "openai_key"),
+        f"SharedAccessKey={shared}": (shared, "azure_connection_string"),
+    }
+
+
+_FOLLOWING = _following()
+
+
+@pytest.mark.parametrize("leading", sorted(_LEADING))
+@pytest.mark.parametrize("engine", [0, 1])
+def test_a_trimmed_value_hides_no_secret_after_it_on_the_line(leading: str, engine: int) -> None:
+    """ "password: hunter2, token=<secret>": the key's unquoted value runs to the end of the
+    line in its match and is trimmed where it ends; every secret after it was stored in the
+    clear (8 kinds x 5 leading keys x 3 placements, all of them before)."""
+    redactor = Redactor(KEY)
+    redactor.forced_engine = engine
+    for following, (secret, rule) in sorted(_FOLLOWING.items()):
+        for text in _placements(leading + following):
+            stored, rules = _redacted(redactor, text)
+            assert secret not in stored, (text, stored)
+            # Found on its own, or inside the value when the value is taken to run on (a
+            # password of several words: "hunter2, aws AKIA...").
+            found = [r.removesuffix("+verified") for r in rules]
+            assert found in ([_LEADING[leading], rule], [_LEADING[leading]]), (text, rules)
+            assert "hunter2" not in stored and "abcdefgh12345" not in stored, stored
+
+
+# --- key names: the text rules and the attribute rules agree --------------------------------
+_KEY_ENDING_NAMES = [
+    "ACCESS_KEY", "access_key", "accessKey", "APP_KEY", "TWITTER_CONSUMER_KEY",
+    "RAILS_MASTER_KEY", "signing_key", "ENCRYPTION_KEY", "clientKey", "LICENSE_KEY",
+    "passcode", "PASSCODE",
+]  # fmt: skip
+_NOT_SECRET_NAMES = [
+    "SharedAccessKeyName", "access_key_id", "cache_key", "primary_key", "partition_key",
+    "client_key_name", "keyboard",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", _KEY_ENDING_NAMES)
+def test_a_key_named_like_a_secret_in_text_is_one_as_an_attribute(name: str) -> None:
+    """ACCESS_KEY=, clientKey:, <add key="ApiKey" value=...>: an attribute or a JSON key of
+    that name was replaced; in text (an env dump, YAML, a repr, XML) its value was stored."""
+    assert is_sensitive_key(name)
+    redactor = Redactor(KEY)
+    value = _mixed(20)
+    forms = [
+        f"{name}={value}",
+        f"{name}: {value}\n",
+        f"{{'{name}': '{value}'}}",
+        f'{{"{name}": "{value}", "cut',
+        f'<add key="{name}" value="{value}" />',
+    ]
+    for form in forms:
+        for text in _placements(form):
+            stored, rules = _redacted(redactor, text)
+            assert value not in stored, (text, stored)
+            assert len(rules) == 1, (text, rules)
+    record = span_record(span_attributes={name: value})
+    redactor([record])
+    assert value not in record.span_attributes[name]
+
+
+@pytest.mark.parametrize("name", _NOT_SECRET_NAMES)
+def test_a_key_that_only_holds_a_secret_word_keeps_its_value(name: str) -> None:
+    """A key's name, an id, a cache key: their values stay (in text; as attributes)."""
+    assert not is_sensitive_key(name) or name in ("SharedAccessKeyName", "access_key_id")
+    redactor = Redactor(KEY)
+    value = "RootManagePolicy"
+    for text in [*_placements(f"{name}={value}"), f'<add key="{name}" value="{value}" />']:
+        stored, rules = _redacted(redactor, text)
+        assert value in stored and rules == [], (text, stored)
+
+
+@pytest.mark.parametrize("quote", ['"', "'", '\\"'])
+def test_a_secret_in_an_xml_name_value_attribute_pair_is_replaced(quote: str) -> None:
+    """NuGet's <add key="ClearTextPassword" value="..."/>, .NET appSettings, <param
+    name="token" value="...">: the value belongs to the name, as {"name": ..., "value":
+    ...} does in JSON; the element's other pairs stay."""
+    redactor = Redactor(KEY)
+    secret = _mixed(16)
+    for element, name in (("add", "key"), ("param", "name"), ("entry", "key")):
+        for key in ("ClearTextPassword", "ApiKey", "auth_token", "client_secret"):
+            text = (
+                f"<{element} {name}={quote}Username{quote} value={quote}builder{quote} />"
+                f"<{element} {name}={quote}{key}{quote} value={quote}{secret}{quote} />"
+            )
+            stored, rules = _redacted(redactor, text)
+            assert secret not in stored and "builder" in stored, (text, stored)
+            assert rules == ["xml_attribute_secret"], (text, rules)
+
+
+def test_a_token_key_takes_an_id_and_a_secret_joined_by_a_colon() -> None:
+    """ "token: <bot id>:<secret>" (a Telegram token of any shape, a client id and secret):
+    the value ran to the colon, was digits alone, turned down, and the secret after it
+    stayed."""
+    redactor = Redactor(KEY)
+    secret = "A" + _mixed(34)
+    for key in ("token", "bot_token", "TELEGRAM_TOKEN", "auth_token"):
+        for text in _placements(f"{key}: 8439201:{secret}"):
+            stored, _ = _redacted(redactor, text)
+            assert secret not in stored and "8439201" not in stored, (text, stored)
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDER_GENERATORS))
+def test_every_provider_credential_after_a_trimmed_value_is_replaced(name: str) -> None:
+    """Each provider's generated credential after "password: x, note: " on one line (the
+    value trimmed where the next pair begins)."""
+    from tests.secretgen import secret_part
+
+    redactor = Redactor(KEY)
+    credential = PROVIDER_GENERATORS[name](random.Random(name))
+    secret = secret_part(name, credential)
+    text = f"password: hunter2, note: {credential} there"
+    stored, rules = _redacted(redactor, text)
+    assert secret not in stored, (text, stored)
+    assert rules[0] == "key_value_secret" and len(rules) >= 2, rules
