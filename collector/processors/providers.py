@@ -827,7 +827,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     # X's documentation's example has 21).
     Detector(
         "twitter_bearer_token",
-        r"\bA{20}[A-Za-z0-9%]{80,110}",
+        r"\bAAAAAAAAAAAAAAAAAAAA[A-Za-z0-9%]{80,110}",
         _random_part(lambda value: value[20:].lstrip("A").replace("%", ""), 64, 2),
     ),
     # --- identity and productivity --------------------------------------------------------
