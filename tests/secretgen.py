@@ -720,6 +720,9 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     "telegram_bot_token": _one_of(
         lambda rng: f"{_digits(rng, 10)}:AA" + "x" * 33,
         lambda rng: f"{_digits(rng, 10)}:BA{chars(rng, ALNUM, 33)}",
+        # one "A" only after its name: these are names
+        _prose("1715000000:AWSLambdaBasicExecutionRole2024Policy"),
+        _prose("12345:AbstractSingletonProxyFactoryBean12345"),
     ),
     "azure_storage_key": _one_of(
         lambda rng: "integrity sha512-" + _b64(rng.randbytes(64)),  # a lockfile hash, no keyword
@@ -782,6 +785,7 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     "grafana_token": _one_of(
         _placeholder("glsa_", 41),
         _placeholder("glc_eyJ", 60),
+        _prose("glc_This_Is_A_Placeholder_For_Your_Grafana_Cloud_Token"),
         _prose("service account tokens (glsa_...) replace API keys"),
     ),
     "newrelic_key": _one_of(_placeholder("NRAK-", 27, "X"), lambda rng: "0" * 32 + "FFFFNRAL"),
@@ -808,6 +812,7 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     "sendgrid_key": _one_of(
         _prose("SG.xxxxxxxxxxxxxxxxxxxxxx.xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"),
         _short(_fixed("SG.", ALNUM, 22), 1),
+        _prose("SG.com.example.longpackagename.subpackage.module.ClassNameHere.method"),
     ),
     "twilio_key": _one_of(_placeholder("AC", 32, "0"), lambda rng: "AC" + chars(rng, HEX, 31)),
     "mailgun_key": _one_of(
@@ -818,7 +823,10 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     "shopify_token": _one_of(
         _placeholder("shpat_", 32, "0"), lambda rng: "shpat_" + chars(rng, "ghijklmnop", 32)
     ),
-    "facebook_token": _placeholder("EAAG", 120),
+    "facebook_token": _one_of(
+        _placeholder("EAAG", 120),
+        _prose("|100000000000001|extract_text_from_pdf_document_v2|"),  # a table's cells
+    ),
     "square_token": _one_of(_placeholder("EAAA", 60), _placeholder("sq0atp-", 22)),
     "braintree_token": lambda rng: "access_token$production$" + "0" * 16 + "$" + "0" * 32,
     "stripe_webhook_secret": _one_of(
@@ -855,12 +863,19 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     # A dotted path, no token: its parts lack the mix of a generated one.
     "harness_token": lambda rng: "pat." + "a" * 22 + "." + "b" * 24 + "." + "c" * 20,
     "octopus_key": _one_of(
-        _prose("see API-REFERENCE-DOCUMENTATION-INDEX", "API-GATEWAY-DEPLOYMENT-STAGE-NAMES"),
+        _prose(
+            "see API-REFERENCE-DOCUMENTATION-INDEX",
+            "API-GATEWAY-DEPLOYMENT-STAGE-NAMES",
+            "API-V2ENDPOINTSFORPRODUCTIONUSE",
+        ),
         _placeholder("API-", 26, "X"),
     ),
     "prefect_token": _placeholder("pnu_", 36),
     "infracost_token": _one_of(_placeholder("ico-", 32), _prose("ico-file icons")),
-    "scalingo_token": _placeholder("tk-us-", 48),
+    "scalingo_token": _one_of(
+        _placeholder("tk-us-", 48),
+        _prose("tk-us-east-1-production-cluster-primary-node-group-autoscaler"),
+    ),
     "settlemint_token": _placeholder("sm_pat_", 16),
     "frameio_token": _placeholder("fio-u-", 64),
     "sidekiq_secret": _prose("BUNDLE_ENTERPRISE__CONTRIBSYS__COM is set by the CI"),

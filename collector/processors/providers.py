@@ -267,7 +267,10 @@ def _grafana(value: str) -> str | None:
         body = value[5:].split("_", 1)[0]
         return value if looks_random(body) and _classes(body) >= 2 else None
     if value.startswith("glc_"):
-        return value if looks_random(value[4:], 64) else None
+        # Base64 JSON, or any base64 mixing cases and digits (not a placeholder of words).
+        body = value[4:]
+        mixed = body.startswith("eyJ") or _classes(body) == 3
+        return value if looks_random(body, 64) and mixed else None
     # Legacy: eyJrIjoi is the base64 of '{"k":"', a prefix no other format opens with.
     return value if looks_random(value[8:].rstrip("="), 64) else None
 
@@ -425,6 +428,20 @@ def _vault(value: str) -> str | None:
     return value if looks_random(body, 64) and _classes(body) >= 2 else None
 
 
+def _facebook(value: str) -> str | None:
+    if value.startswith("EAA"):
+        body = value[4:]
+        return value if looks_random(body) and _classes(body) >= 2 else None
+    # An app secret after "<app id>|": no words joined by "_" ("|1000…|extract_text_v2|",
+    # a table's cells).
+    ok = (
+        looks_random(value, 64)
+        and _classes(value) >= 2
+        and value.count("_") + value.count("-") <= 2
+    )
+    return value if ok else None
+
+
 def _flutterwave_body(value: str) -> str:
     # FLWSECK_TEST-<body>-X, FLWPUBK-<body>-X, FLWSECK_TEST<body>
     value = value.removesuffix("-X")
@@ -564,12 +581,17 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"\b(?:pat|sat)\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{18,24}\b",
         _last_field("."),
     ),
-    Detector(  # API-<26> (gl octopus-deploy-api-key)
-        "octopus_key", r"\bAPI-[A-Z0-9]{24,30}\b", _after(4, 36, 2)
+    Detector(  # API-<26> (gl octopus-deploy-api-key); some digits ("API-V2ENDPOINTS…" is a name)
+        "octopus_key",
+        r"\bAPI-[A-Z0-9]{24,30}\b",
+        lambda value: (
+            value if sum(c.isdigit() for c in value) >= 3 and _after(4, 36, 2)(value) else None
+        ),
     ),
     Detector("prefect_token", r"\bpnu_[A-Za-z0-9]{34,40}\b", _after(4, 62, 2)),  # gl
     Detector("infracost_token", r"\bico-[A-Za-z0-9]{30,36}\b", _after(4, 62, 2)),  # gl
-    Detector("scalingo_token", r"\btk-us-[A-Za-z0-9_-]{46,52}", _after(6, 64)),  # gl
+    # gl; its body mixes cases and digits (a kebab-case name "tk-us-east-1-…" does not)
+    Detector("scalingo_token", r"\btk-us-[A-Za-z0-9_-]{46,52}", _after(6, 64, 3)),
     Detector(  # sm_aat_/sm_pat_/sm_sat_<16> (gl settlemint-*)
         "settlemint_token", r"\bsm_[aps]at_[A-Za-z0-9]{14,20}\b", _after(7, 62, 2)
     ),
@@ -618,9 +640,15 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"\b[MNO][A-Za-z0-9_-]+\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
         _discord_bot,
     ),
-    # <bot id>:AA<33> (th, cs); gl telegram-bot-api-token asks one "A": <5-16 digits>:A<34>.
-    # From two short to four long.
-    Detector("telegram_bot_token", r"\b[0-9]+:A[A-Za-z0-9_-]{32,38}", _telegram),
+    # <bot id>:AA<33> (th, cs), from two short to four long; after "telegr(am)", as gl
+    # telegram-bot-api-token asks, one "A" (<5-16 digits>:A<34>): without the name,
+    # "1715000000:AWSLambdaBasicExecutionRole2024" is no token.
+    Detector(
+        "telegram_bot_token",
+        r"\b[0-9]+:AA[A-Za-z0-9_-]{31,37}|"
+        + _keyed("telegram_bot_token", r"telegr", r"[0-9]{5,16}:A[A-Za-z0-9_-]{32,38}"),
+        _telegram,
+    ),
     # --- cloud -----------------------------------------------------------------------------
     # Azure storage account keys (88-character base64) after a keyword naming them,
     # including AccountKey= in connection strings (th azure_storage).
@@ -898,7 +926,8 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     Detector(  # SG.<22>.<43> (th sendgrid, cs); any 66 of [\w=.-] (gl sendgrid-api-token)
         "sendgrid_key",
         r"\bSG\.[A-Za-z0-9_=.-]{64,70}",
-        _random_part(lambda value: value[3:].replace(".", ""), 64, 2),
+        # (mixing cases and digits: "SG.com.example.package.Class" is a name)
+        _random_part(lambda value: value[3:].replace(".", ""), 64, 3),
     ),
     # AC<32 hex> account SIDs, SK<32 hex> API key SIDs (gl twilio-api-key, th twilio,
     # cs); 32-hex auth tokens after "twilio".
@@ -934,7 +963,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         "facebook_token",
         r"\bEAA[A-Za-z0-9]{100,}\b|\b[0-9]{15,16}(?:\||%7[Cc])"
         r"(?P<facebook_token__value>[A-Za-z0-9_-]{27,40})\b",
-        _random_part(lambda value: value[4:] if value.startswith("EAA") else value, 62, 2),
+        _facebook,
     ),
     Detector(  # EAAA<60>, from 22 (gl square-access-token, th square, cs); sq0atp/sq0csp (cs)
         "square_token",

@@ -91,6 +91,9 @@ _RECALL_MAX_CHARS = 1 << 20
 # A JSON string inside a JSON string: an escaped backslash before a quote or a backslash.
 _NESTED_JSON_STRING = r'\\\\[\\\\"]'
 _MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
+# Matchers without a turned-down rule (_others): rarer, and one of all the detectors but
+# one holds ~4 MB once used and takes ~35 ms to compile.
+_MAX_WITHOUT = 32
 _MEASURE = 8  # one span in this many is timed on the engine in use
 _BURST = 24  # consecutive spans the other engine gets when it is measured
 _BURST_WARM = 8  # the first of them are not timed: it is cache-cold then
@@ -130,7 +133,13 @@ _MAX_DECODE_DEPTH = 2  # base64 in base64, percent-encoding in base64: and no fu
 _CONTEXT_RULES = frozenset({"sensitive_key"})
 # Rules whose match starts at a key's name ("db_password=…", "Authorization: …").
 _KEYED_RULES = frozenset(
-    {"key_value_secret", "key_value_token", "authorization_header", "cookie_header"}
+    {
+        "key_value_secret",
+        "key_value_key",
+        "key_value_token",
+        "authorization_header",
+        "cookie_header",
+    }
 )
 _SCAN, _SECRET, _ALLOWED = range(3)  # how a map key's value is treated
 # (label prefix, owner, key or attribute name, text): owner[key] = redacted, or setattr on a
@@ -899,7 +908,7 @@ class Redactor:
                 others = self._others(used, rule)
                 if others is not None:
                     matches = itertools.chain(
-                        _paired(others, view, match.start(), match.end()),
+                        _within(others, view, match.start(), match.end()),
                         _paired(matcher, view, match.end()),
                     )
             elif cursor < replaced < match.end():
@@ -983,7 +992,7 @@ class Redactor:
             return None
         others = self._without.get(names)
         if others is None:
-            if len(self._without) >= _MAX_SUBSETS:
+            if len(self._without) >= _MAX_WITHOUT:
                 self._without.clear()
             others = self._without[names] = _matcher(
                 [d for d in self._detectors if d.name in names], self._options
@@ -1172,15 +1181,26 @@ class Redactor:
         self.stats.by_rule[rule] = self.stats.by_rule.get(rule, 0) + 1
 
 
-def _paired(
-    matcher: _Matcher, view: bytes, start: int, before: int | None = None
-) -> Iterator[tuple[Any, _Matcher]]:
-    """``matcher``'s matches in ``view`` from ``start`` (that start before ``before``), each
-    with the matcher."""
-    pairs = ((match, matcher) for match in matcher.data.finditer(view, start))
-    if before is None:
-        return pairs
-    return itertools.takewhile(lambda pair: pair[0].start() < before, pairs)
+def _paired(matcher: _Matcher, view: bytes, start: int) -> Iterator[tuple[Any, _Matcher]]:
+    """``matcher``'s matches in ``view`` from ``start``, each with the matcher."""
+    return ((match, matcher) for match in matcher.data.finditer(view, start))
+
+
+def _within(matcher: _Matcher, view: bytes, start: int, end: int) -> Iterator[tuple[Any, _Matcher]]:
+    """``matcher``'s matches in ``view`` that start in ``[start, end)``, each with the
+    matcher, each as long as the whole text makes it. Each search stops at ``end``: one
+    running on to the next match anywhere after would make text dense with turned-down
+    matches cost its length for each (quadratic); a match found in the span is matched
+    again, anchored at its start, over the whole text (it may run on past ``end``; one that
+    needs the text past ``end`` to match at all is not found here)."""
+    search, anchored = matcher.data.search, matcher.data.match
+    while start < end and (bounded := search(view, start, end)) is not None:
+        whole = anchored(view, bounded.start())
+        if whole is None:
+            start = bounded.start() + 1
+            continue
+        yield whole, matcher
+        start = max(whole.end(), whole.start() + 1)
 
 
 def _recallable(text: str) -> bool:

@@ -190,6 +190,24 @@ def _whole(predicate: Callable[[str], bool]) -> Callable[[str], str | None]:
     return lambda value: value if predicate(value) else None
 
 
+_PATH_START = re.compile(r"[~.]{0,2}/|[A-Za-z]:[\\/]|\\\\")
+_DOTTED_NAME = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+(?:\(\)?)?")
+
+
+def _generated(value: str) -> bool:
+    """A value after a key that may also name a path, an id or a setting looks generated:
+    16 characters or more, 8 of them different, two of lower case, upper case and digits,
+    and no path ("/etc/ssl/client.key", "C:\\keys"), URL or dotted name
+    ("com.example.app", "boto3.Session")."""
+    text = value.strip()
+    if len(text) < 16 or len(set(text)) < 8 or "://" in text:
+        return False
+    if _PATH_START.match(text) or _DOTTED_NAME.fullmatch(text):
+        return False
+    kinds = (str.islower, str.isupper, str.isdigit)
+    return sum(any(kind(c) for c in text) for kind in kinds) >= 2
+
+
 def _stripe(value: str) -> str | None:
     body = value.split("_", 2)[2]
     mixed = all(any(test(c) for c in body) for test in (str.isdigit, str.isupper, str.islower))
@@ -335,11 +353,25 @@ a separator, a control character nor a digit (RE2's ``\\b`` and ``\\w`` are ASCI
 prefilter's shadow stands for it with one byte (``prefilter.shadow_pattern``)."""
 # A quote around a key or a value, escaped when the text sits inside a JSON string.
 _QUOTE = r"(?:\\?[\"'])"
+# One attribute of an XML element, its value quoted.
+_XML_ATTRIBUTE = r"[a-z][a-z0-9_.:-]*[ \t]*=[ \t]*\\?[\"'][^\"'<>\x00]*\\?[\"']"
 # Key names (not secrets) that announce a secret value in text.
-_PASSWORD_KEYS = r"password|passwd|passphrase|passcode|pwd|secret|api[_-]?key|apikey|private[_-]?key|credentials?"  # noqa: S105
+_PASSWORD_KEYS = (
+    r"password|passwd|pass[_-]?phrase|pass[_-]?code|pwd|secret|api[_-]?key|apikey|"  # noqa: S105
+    r"private[_-]?key|credentials?"
+)
 # Key names that announce a secret only as their end: ACCESS_KEY=, clientKey: (not
-# SharedAccessKeyName=, an AWS access_key_id).
-_KEY_END_KEYS = r"(?:access|app|consumer|master|signing|encryption|client|license)[_-]?key"
+# SharedAccessKeyName=, an AWS access_key_id). Some also name paths ("client-key:
+# ~/.minikube/client.key"), public ids ("app_key" of a Pusher app) or settings
+# ("encryption_key: aes256"): their values are replaced when they look generated
+# (key_value_key).
+_KEY_END_KEYS = (
+    r"(?:access|app|consumer|master|signing|encryption|client|license|subscription|server|"
+    r"write|admin|auth|service|account)[_-]?key"
+)
+# An XML attribute naming a secret (key="ClearTextPassword", name="auth_token"): it ends
+# with the word ("PasswordMinLength", "token_type", "max_tokens" do not).
+_XML_NAME = rf"(?:[a-z0-9_.:-]*?(?:{_PASSWORD_KEYS}|token|{_KEY_END_KEYS}))"
 _TOKEN_KEYS = r"(?:access|auth|refresh|id|session|bearer|csrf)?[_-]?token|session[_-]?id|sessid|sid"  # noqa: S105
 
 DETECTORS: tuple[Detector, ...] = (
@@ -403,8 +435,7 @@ DETECTORS: tuple[Detector, ...] = (
     # already pseudonymized (<...>) stay.
     Detector(
         "key_value_secret",
-        rf"(?i)\b(?:[a-z0-9._-]*?(?:{_PASSWORD_KEYS})[a-z0-9_-]*|[a-z0-9._-]*?{_KEY_END_KEYS})"
-        rf"{_QUOTE}?[ \t]*[:=][ \t]*"
+        rf"(?i)\b[a-z0-9._-]*?(?:{_PASSWORD_KEYS})[a-z0-9_-]*{_QUOTE}?[ \t]*[:=][ \t]*"
         r"(?:\"(?P<key_value_secret__value>[^\"<\x00][^\"\x00]*)\"|"
         r"'(?P<key_value_secret__value2>[^'<\x00][^'\x00]*)'|"
         # Quoted inside a JSON string (a shell's output in a tool result): to the \" that
@@ -414,6 +445,16 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?P<key_value_secret__block>[|>][-+]?[ \t]*(?:\r?\n[ \t]+[^\r\n\x00]*)+)|"
         r"(?P<key_value_secret__free>[^\s\"',;&}\]<\x00][^\r\n\"<\x00]{2,}))",
     ),
+    # "ACCESS_KEY=…", "clientKey: …", "FCM_SERVER_KEY=…": a value that looks generated
+    # (_generated: not a path, a dotted name or a word); one token, a blank ends it.
+    Detector(
+        "key_value_key",
+        rf"(?i)\b[a-z0-9._-]*?{_KEY_END_KEYS}{_QUOTE}?[ \t]*[:=][ \t]*"
+        r"(?:\"(?P<key_value_key__value>[^\"<\x00]+)\"|'(?P<key_value_key__value2>[^'<\x00]+)'|"
+        r"\\\"(?P<key_value_key__value4>[^\"\\<\x00]+)\\\"|"
+        r"(?P<key_value_key__value3>[^\s\"',;&}\]<\x00]+))",
+        lambda value: value if _generated(value) else None,
+    ),
     # Token-like keys ("access_token=…", "JSESSIONID=…"); "max_tokens: 512" is not one (the
     # value must hold a letter).
     Detector(
@@ -422,6 +463,23 @@ DETECTORS: tuple[Detector, ...] = (
         # A ":" inside: "<bot id>:<secret>" (Telegram), "<client id>:<secret>".
         r"(?P<key_value_token__value>[A-Za-z0-9._~+/=-][A-Za-z0-9._~+/=:-]{7,})",
         _whole(lambda value: any(c.isalpha() for c in value)),
+    ),
+    # "session=<id>", "x_auth: <token>" (as attribute keys, _KEY_ENDS): "session" and "auth"
+    # are words and variables too ("auth: required", "session = boto3.Session()"), so the
+    # value must look generated and hold a digit.
+    Detector(
+        "key_value_session",
+        rf"(?i)\b(?:[a-z0-9.-]*_)?(?:session|auth){_QUOTE}?[ \t]*[:=][ \t]*{_QUOTE}?"
+        r"(?P<key_value_session__value>[A-Za-z0-9._~+/=%-][A-Za-z0-9._~+/=:%-]{7,})",
+        lambda value: value if _generated(value) and any(c.isdigit() for c in value) else None,
+    ),
+    # A PIN, a one-time code, a card's security code: "pin=4921", "OTP: 482913", "cvv: 123"
+    # (as attribute keys: "pin", "otp", "cvv" are sensitive). Digits only: "pin: enabled".
+    Detector(
+        "key_value_code",
+        rf"(?i)\b(?:[a-z0-9.-]*[_.-])?(?:pin|otp|cvv2?|cvc|passcode|(?:verification|security|"
+        rf"one[_ -]?time|otp|pin|auth|2fa|mfa)[_ -]?code){_QUOTE}?[ \t]*[:=][ \t]*{_QUOTE}?"
+        r"(?P<key_value_code__value>[0-9]{3,8})\b",
     ),
     # <password>…</password>, <apiKey>…</apiKey>; <accessToken>…</accessToken> (a token holds a
     # letter: <max_tokens>512</max_tokens> is a count).
@@ -435,10 +493,18 @@ DETECTORS: tuple[Detector, ...] = (
     # <param name="password" value="..."/>, <entry key=... value=...>.
     Detector(
         "xml_attribute_secret",
-        rf"(?i:\b(?:key|name)[ \t]*=[ \t]*{_QUOTE}(?:[a-z0-9_.:-]*?(?:{_PASSWORD_KEYS}|token)"
-        rf"[a-z0-9_.-]*|[a-z0-9_.:-]*?{_KEY_END_KEYS}){_QUOTE}[ \t\r\n]+value[ \t]*=[ \t]*)"
+        rf"(?i:\b(?:key|name)[ \t]*=[ \t]*{_QUOTE}{_XML_NAME}{_QUOTE}"
+        # the value, maybe after one other attribute (xdt:Transform="Replace")
+        rf"(?:[ \t\r\n]+{_XML_ATTRIBUTE})?[ \t\r\n]+value[ \t]*=[ \t]*)"
         r"(?:\\?\"(?P<xml_attribute_secret__value>[^\"\\<\x00]+)\\?\"|"
-        r"'(?P<xml_attribute_secret__value2>[^'<\x00]+)')",
+        r"'(?P<xml_attribute_secret__value2>[^'<\x00]+)')"
+        # or as the element's text: <entry key="password">...</entry>
+        rf"|(?i:<[a-z][a-z0-9_.:-]*[ \t\r\n]+(?:{_XML_ATTRIBUTE}[ \t\r\n]+)?(?:key|name)[ \t]*=[ \t]*"
+        rf"{_QUOTE}{_XML_NAME}{_QUOTE}[^<>\x00]*>)[ \t\r\n]*"
+        r"(?P<xml_attribute_secret__value3>[^<\s\x00][^<\x00]*)<"
+        # or before the name: <add value="..." key="ApiKey"/>
+        r"|(?i:\bvalue[ \t]*=[ \t]*)\\?\"(?P<xml_attribute_secret__value4>[^\"\\<\x00]+)\\?\""
+        rf"(?i:[ \t\r\n]+(?:key|name)[ \t]*=[ \t]*{_QUOTE}{_XML_NAME}{_QUOTE})",
     ),
     Detector(
         "xml_token",
@@ -495,7 +561,7 @@ _KEY_PARTS = (
 _SHORT_KEY_PARTS = frozenset({"cvv", "cvc", "ssn"})
 _KEY_ENDS = (
     "token", "auth", "session", "session{sep}id", "sessid", "pwd", "pin", "otp", "sid",
-    "(?:app|consumer|master|signing|encryption|client|license){sep}key",
+    "(?:master|signing|encryption|license|subscription){sep}key",
 )  # fmt: skip
 """Sensitive as the end of the key's last dotted part: the whole of it or after ``_``
 (``auth``, ``x_pin``), and ``token``, ``sessid`` and ``sessionid`` after anything

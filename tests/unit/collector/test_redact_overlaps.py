@@ -9,14 +9,18 @@ generated at run time from a fixed seed (nothing secret-shaped is in the reposit
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
 import string
+import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from collector.processors import redact as redact_module
 from collector.processors.redact import Redactor
 from collector.processors.rules import is_sensitive_key
 from tests.records import span_record
@@ -144,8 +148,14 @@ def test_a_trimmed_value_hides_no_secret_after_it_on_the_line(leading: str, engi
 _KEY_ENDING_NAMES = [
     "ACCESS_KEY", "access_key", "accessKey", "APP_KEY", "TWITTER_CONSUMER_KEY",
     "RAILS_MASTER_KEY", "signing_key", "ENCRYPTION_KEY", "clientKey", "LICENSE_KEY",
-    "passcode", "PASSCODE",
+    "FCM_SERVER_KEY", "SEGMENT_WRITE_KEY", "AZURE_SUBSCRIPTION_KEY", "ALGOLIA_ADMIN_KEY",
+    "DEEPL_AUTH_KEY", "passcode", "PASSCODE",
 ]  # fmt: skip
+# As attribute or JSON keys, replaced whatever the value (the others name public ids too).
+_ATTRIBUTE_KEY_NAMES = {
+    "ACCESS_KEY", "access_key", "accessKey", "RAILS_MASTER_KEY", "signing_key",
+    "ENCRYPTION_KEY", "LICENSE_KEY", "AZURE_SUBSCRIPTION_KEY", "passcode", "PASSCODE",
+}  # fmt: skip
 _NOT_SECRET_NAMES = [
     "SharedAccessKeyName", "access_key_id", "cache_key", "primary_key", "partition_key",
     "client_key_name", "keyboard",
@@ -153,10 +163,11 @@ _NOT_SECRET_NAMES = [
 
 
 @pytest.mark.parametrize("name", _KEY_ENDING_NAMES)
-def test_a_key_named_like_a_secret_in_text_is_one_as_an_attribute(name: str) -> None:
-    """ACCESS_KEY=, clientKey:, <add key="ApiKey" value=...>: an attribute or a JSON key of
-    that name was replaced; in text (an env dump, YAML, a repr, XML) its value was stored."""
-    assert is_sensitive_key(name)
+def test_a_generated_value_after_a_key_ending_in_key_is_replaced(name: str) -> None:
+    """ACCESS_KEY=, clientKey:, FCM_SERVER_KEY=, <add key="AppKey" value=...>: in text (an
+    env dump, YAML, a repr, XML) the value was stored; an attribute or a JSON key of the
+    unambiguous names was replaced already."""
+    assert is_sensitive_key(name) == (name in _ATTRIBUTE_KEY_NAMES)
     redactor = Redactor(KEY)
     value = _mixed(20)
     forms = [
@@ -173,7 +184,25 @@ def test_a_key_named_like_a_secret_in_text_is_one_as_an_attribute(name: str) -> 
             assert len(rules) == 1, (text, rules)
     record = span_record(span_attributes={name: value})
     redactor([record])
-    assert value not in record.span_attributes[name]
+    assert (value not in record.span_attributes[name]) == (name in _ATTRIBUTE_KEY_NAMES)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "client-key: /Users/me/.minikube/profiles/minikube/client.key",
+        "CLIENT_KEY=/etc/ssl/private/client-key.pem", "signing_key = ~/.ssh/id_ed25519",
+        "APP_KEY=C:\\keys\\app.key", "license_key: MIT", "encryption_key: aes256",
+        '"app_key": "com.mycompany.myapp"', "consumer_key=your-consumer-key-here",
+        "ACCESS_KEY=https://vault.example.com/v1/secret/data/app", "client_key: null",
+    ],
+)  # fmt: skip
+def test_a_path_a_name_or_a_word_after_a_key_ending_in_key_stays(text: str) -> None:
+    """Those names also name files (kubeconfig's client-key), ids and settings."""
+    redactor = Redactor(KEY)
+    for placement in _placements(text):
+        stored, rules = _redacted(redactor, placement)
+        assert rules == [], (placement, stored)
 
 
 @pytest.mark.parametrize("name", _NOT_SECRET_NAMES)
@@ -185,6 +214,42 @@ def test_a_key_that_only_holds_a_secret_word_keeps_its_value(name: str) -> None:
     for text in [*_placements(f"{name}={value}"), f'<add key="{name}" value="{value}" />']:
         stored, rules = _redacted(redactor, text)
         assert value in stored and rules == [], (text, stored)
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        '<add key="{k}" xdt:Transform="Replace" value="{v}" />',  # an attribute between
+        '<add value="{v}" key="{k}" />',  # the value first
+        '<entry key="{k}">{v}</entry>',  # the element's text
+        '<add  key = "{k}"\n     value = "{v}"/>',
+    ],
+)
+def test_a_secret_in_other_xml_name_value_layouts_is_replaced(form: str) -> None:
+    redactor = Redactor(KEY)
+    secret = _mixed(18)
+    for key in ("ClearTextPassword", "ApiKey", "auth_token"):
+        for text in _placements(form.format(k=key, v=secret)):
+            stored, rules = _redacted(redactor, text)
+            assert secret not in stored, (text, stored)
+            assert rules == ["xml_attribute_secret"], (text, rules)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<input type="number" name="max_tokens" value="1024">',
+        '<param name="token_count" value="4096"/>', '<entry key="tokenizer" value="cl100k"/>',
+        '<add key="token_type" value="bearer"/>', '<setting name="PasswordMinLength" value="12"/>',
+        '<add key="TokenEndpoint" value="https://login.example.com/oauth2/token"/>',
+        '<add key="ApiKeyHeaderName" value="X-Api-Key"/>',
+    ],
+)  # fmt: skip
+def test_xml_pairs_whose_name_only_holds_a_secret_word_stay(text: str) -> None:
+    redactor = Redactor(KEY)
+    for placement in _placements(text):
+        stored, rules = _redacted(redactor, placement)
+        assert rules == [], (placement, stored)
 
 
 @pytest.mark.parametrize("quote", ['"', "'", '\\"'])
@@ -230,3 +295,89 @@ def test_every_provider_credential_after_a_trimmed_value_is_replaced(name: str) 
     stored, rules = _redacted(redactor, text)
     assert secret not in stored, (text, stored)
     assert rules[0] == "key_value_secret" and len(rules) >= 2, rules
+
+
+_CODE_KEYS = ["pin", "user.pin", "card_pin", "OTP", "otp_code", "cvv", "CVV2", "cvc", "passcode",
+              "verification code", "security_code", "one-time code"]  # fmt: skip
+
+
+@pytest.mark.parametrize("key", _CODE_KEYS)
+def test_a_code_after_its_key_in_text_is_replaced(key: str) -> None:
+    """ "pin=4921", "Your OTP: 482913.", "cvv: 123": as attribute keys these were replaced;
+    in a tool's text the digits were stored."""
+    redactor = Redactor(KEY)
+    code = str(_rng.randrange(100, 99_999_999))
+    for form in (f"{key}={code}", f"Your {key}: {code}.", f'{{"{key}": "{code}", "cut'):
+        for text in _placements(form):
+            stored, rules = _redacted(redactor, text)
+            assert code not in stored, (text, stored)
+            # (passcode is also a password's key name)
+            assert rules in (["key_value_code"], ["key_value_secret"]), (text, rules)
+
+
+@pytest.mark.parametrize("key", ["session", "SESSION", "auth", "x_auth", "proxy-auth"])
+def test_a_session_or_auth_value_in_text_is_replaced(key: str) -> None:
+    """ "session=<id>" in a log line, "x_auth: <token>": as attribute keys these were
+    replaced; in text the value was stored."""
+    redactor = Redactor(KEY)
+    value = _mixed(26)
+    for form in (f"{key}={value}", f"{key}: {value}\n", f"Set {key}={value}; Path=/"):
+        for text in _placements(form):
+            stored, _ = _redacted(redactor, text)
+            assert value not in stored, (text, stored)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "auth: required", "session: morning", "oauth=enabled", "pin: enabled", "spin=1234",
+        "session_count=12345678", "pin: 12", "cvv: not stored", "opinion: 1234",
+        "session = boto3.Session()", "auth = base64.b64encode(creds)",
+        "session: sess_2024_abc", "auth=HTTPBasicAuth2(user)",
+    ],
+)  # fmt: skip
+def test_words_after_session_auth_and_code_keys_stay(text: str) -> None:
+    redactor = Redactor(KEY)
+    for placement in _placements(text):
+        stored, rules = _redacted(redactor, placement)
+        assert text in stored or json.dumps(text)[1:-1] in stored, (placement, stored)
+        assert rules == [], (placement, rules)
+
+
+class _Recording:
+    """An RE2 pattern that records the bounds of each search."""
+
+    def __init__(self, pattern: Any) -> None:
+        self.pattern = pattern
+        self.bounds: list[tuple[int, int]] = []
+
+    def search(self, text: bytes, pos: int, endpos: int = sys.maxsize) -> Any:
+        self.bounds.append((pos, min(endpos, len(text))))
+        return self.pattern.search(text, pos, endpos)
+
+    def match(self, text: bytes, pos: int) -> Any:
+        return self.pattern.match(text, pos)
+
+
+def test_looking_again_at_a_turned_down_span_searches_only_that_span() -> None:
+    """Text dense with turned-down matches ("sid=123456789 " x 10,000: digits, no token) must
+    not cost its length for each of them: every search of a span stops at its end. A match
+    found there keeps its whole length past the end, and one after the span is not taken."""
+    redactor = Redactor(KEY)
+    email = gen_email(_rng).text
+    others = redact_module._matcher(
+        [d for d in redactor._detectors if d.name in ("email", "key_value_secret")],
+        redactor._options,
+    )
+    recording = _Recording(others.data)
+    spy = dataclasses.replace(others, data=recording)
+    view = f"note: password: hunter2 and more words\nthen {email}".encode()
+    start, end = view.index(b"password"), view.index(b"hunter2") + 3  # the span cuts the value
+    found = list(redact_module._within(spy, view, start, end))
+    assert [m.group() for m, _ in found] == [b"password: hunter2 and more words"]  # whole
+    assert recording.bounds and all(endpos <= end for _, endpos in recording.bounds)
+    assert list(redact_module._within(others, view, end, view.index(b"then"))) == []
+    # Dense text: each turned-down match costs its span, not the rest of the text.
+    text = "owner " + email + " " + "sid=123456789 " * 10_000
+    stored, rules = _redacted(redactor, text)
+    assert email not in stored and rules == ["email"]
