@@ -94,6 +94,8 @@ _MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
 # Matchers without a turned-down rule (_others): rarer, and one of all the detectors but
 # one holds ~4 MB once used and takes ~35 ms to compile.
 _MAX_WITHOUT = 32
+_LOOK_PAST = 1024  # bytes past a turned-down span its second look may read (_within)
+_CLOSERS = b" \t\"'\\<>)]}"  # what may follow a value inside its match and close it
 _MEASURE = 8  # one span in this many is timed on the engine in use
 _BURST = 24  # consecutive spans the other engine gets when it is measured
 _BURST_WARM = 8  # the first of them are not timed: it is cache-cold then
@@ -904,14 +906,20 @@ class Redactor:
                 # alternative wins, and a provider's keyword match turned down
                 # ("CLOUDFLARE_API_KEY=<not its key's shape>") took the span in which the
                 # key=value rule finds the secret. The other detectors look at that span
-                # again; then the search goes on after it.
+                # again; then the search goes on after it, or after its value where the
+                # match runs on past it (a key's value too short to be one, "pwd=x", ends
+                # where the next pair's key begins: "&api_key=...").
                 others = self._others(used, rule)
+                resume = _value_end(match, used, rule)
                 if others is not None:
                     matches = itertools.chain(
-                        _within(others, view, match.start(), match.end()),
-                        _paired(matcher, view, match.end()),
+                        _within(others, view, match.start(), resume),
+                        _paired(matcher, view, resume),
                     )
-            elif cursor < replaced < match.end():
+                elif resume < match.end():
+                    matches = _paired(matcher, view, resume)
+            elif cursor < replaced < match.end() and view[replaced : match.end()].strip(_CLOSERS):
+                # (not when only a closing quote or "<" follows: the search goes on after)
                 # The secret is the first part of its match (a card, and the first digits
                 # of a phone after it; a key's unquoted value, trimmed where the line goes
                 # on: "password: x, token=y"): the search resumes where it ends.
@@ -1181,6 +1189,15 @@ class Redactor:
         self.stats.by_rule[rule] = self.stats.by_rule.get(rule, 0) + 1
 
 
+def _value_end(match: Any, matcher: _Matcher, rule: str) -> int:
+    """Where the value of ``match`` (of ``rule``) ends: its value group's end, or the match's."""
+    for group_index, _ in matcher.value_groups.get(rule, ()):
+        start, end = match.span(group_index)
+        if start >= 0:
+            return max(int(end), int(match.start()) + 1)
+    return int(match.end())
+
+
 def _paired(matcher: _Matcher, view: bytes, start: int) -> Iterator[tuple[Any, _Matcher]]:
     """``matcher``'s matches in ``view`` from ``start``, each with the matcher."""
     return ((match, matcher) for match in matcher.data.finditer(view, start))
@@ -1188,13 +1205,17 @@ def _paired(matcher: _Matcher, view: bytes, start: int) -> Iterator[tuple[Any, _
 
 def _within(matcher: _Matcher, view: bytes, start: int, end: int) -> Iterator[tuple[Any, _Matcher]]:
     """``matcher``'s matches in ``view`` that start in ``[start, end)``, each with the
-    matcher, each as long as the whole text makes it. Each search stops at ``end``: one
-    running on to the next match anywhere after would make text dense with turned-down
-    matches cost its length for each (quadratic); a match found in the span is matched
-    again, anchored at its start, over the whole text (it may run on past ``end``; one that
-    needs the text past ``end`` to match at all is not found here)."""
+    matcher, each as long as the whole text makes it. Each search stops ``_LOOK_PAST``
+    bytes after ``end``: one running on to the next match anywhere after would make text
+    dense with turned-down matches cost its length for each (quadratic); a match found is
+    matched again, anchored at its start, over the whole text (it may run on further)."""
     search, anchored = matcher.data.search, matcher.data.match
-    while start < end and (bounded := search(view, start, end)) is not None:
+    # (a little past the end, so that a match that starts inside and needs more text to
+    # match at all is found: a token run on from a turned-down one)
+    endpos = min(len(view), end + _LOOK_PAST)
+    while start < end and (bounded := search(view, start, endpos)) is not None:
+        if bounded.start() >= end:
+            return
         whole = anchored(view, bounded.start())
         if whole is None:
             start = bounded.start() + 1

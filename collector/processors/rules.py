@@ -192,20 +192,38 @@ def _whole(predicate: Callable[[str], bool]) -> Callable[[str], str | None]:
 
 _PATH_START = re.compile(r"[~.]{0,2}/|[A-Za-z]:[\\/]|\\\\")
 _DOTTED_NAME = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)+(?:\(\)?)?")
+# A name in code: camelCase or snake_case words and numbers ("awsAccessKeyValue",
+# "serviceAccountKeyJson2024", "SERVER_KEY_PATH"), which a generated value is not.
+_IDENTIFIER = re.compile(r"(?:[A-Z]?[a-z]{2,}|[A-Z]{2,}(?![a-z])|[0-9]+|[_.:-])+")
 
 
 def _generated(value: str) -> bool:
     """A value after a key that may also name a path, an id or a setting looks generated:
     16 characters or more, 8 of them different, two of lower case, upper case and digits,
-    and no path ("/etc/ssl/client.key", "C:\\keys"), URL or dotted name
-    ("com.example.app", "boto3.Session")."""
+    and no path ("/etc/ssl/client.key", "C:\\keys"), URL, dotted name ("com.example.app",
+    "boto3.Session") or name in code ("awsAccessKeyValue")."""
     text = value.strip()
     if len(text) < 16 or len(set(text)) < 8 or "://" in text:
         return False
-    if _PATH_START.match(text) or _DOTTED_NAME.fullmatch(text):
+    base64 = "+" in text or text.endswith("=")  # ("/Ab3+Cd4..." is no path)
+    if (_PATH_START.match(text) and not base64) or _DOTTED_NAME.fullmatch(text):
         return False
+    if _IDENTIFIER.fullmatch(text):
+        return False  # a name in code: "awsAccessKeyValue"
     kinds = (str.islower, str.isupper, str.isdigit)
     return sum(any(kind(c) for c in text) for kind in kinds) >= 2
+
+
+def _session_like(value: str) -> bool:
+    """A session id or an auth token, not a timestamp, a version or a name with a date
+    ("2024-05-01T12:00:00Z", "4.2.0-rc1-20240501", "main-2024-dev-window1"): generated,
+    with a digit; mixing cases, or else 20+ letters and digits, 4+ of each, unbroken."""
+    if not _generated(value) or not any(c.isdigit() for c in value):
+        return False
+    if any(c.islower() for c in value) and any(c.isupper() for c in value):
+        return True
+    digits = sum(c.isdigit() for c in value)
+    return len(value) >= 20 and value.isalnum() and digits >= 4 and len(value) - digits >= 4
 
 
 def _stripe(value: str) -> str | None:
@@ -443,7 +461,11 @@ DETECTORS: tuple[Detector, ...] = (
         r"\\\"(?P<key_value_secret__value4>(?:[^\"\\<\x00]|\\[^\"\x00])(?:[^\"\\\x00]|\\[^\"\x00])*)\\\"|"
         r"(?P<key_value_secret__value3>-----BEGIN [A-Z0-9 ]{0,64}-----[^\x00]*?(?:-----END [A-Z0-9 ]{0,64}-----|$))|"
         r"(?P<key_value_secret__block>[|>][-+]?[ \t]*(?:\r?\n[ \t]+[^\r\n\x00]*)+)|"
-        r"(?P<key_value_secret__free>[^\s\"',;&}\]<\x00][^\r\n\"<\x00]{2,}))",
+        # The unquoted value stops where the next pair on its line begins (", token=",
+        # "&sig="), lazily: a match that ran to the end of the line, cut afterwards, made a
+        # line of many pairs cost its length for each (quadratic).
+        r"(?P<key_value_secret__free>[^\s\"',;&}\]<\x00][^\r\n\"<\x00]{2,}?)"
+        r"(?:[,;][ \t]*[\w.-]+[ \t]*[:=]|&[\w.-]+=|[\r\n\"<\x00]|$))",
     ),
     # "ACCESS_KEY=…", "clientKey: …", "FCM_SERVER_KEY=…": a value that looks generated
     # (_generated: not a path, a dotted name or a word); one token, a blank ends it.
@@ -452,7 +474,7 @@ DETECTORS: tuple[Detector, ...] = (
         rf"(?i)\b[a-z0-9._-]*?{_KEY_END_KEYS}{_QUOTE}?[ \t]*[:=][ \t]*"
         r"(?:\"(?P<key_value_key__value>[^\"<\x00]+)\"|'(?P<key_value_key__value2>[^'<\x00]+)'|"
         r"\\\"(?P<key_value_key__value4>[^\"\\<\x00]+)\\\"|"
-        r"(?P<key_value_key__value3>[^\s\"',;&}\]<\x00]+))",
+        r"(?P<key_value_key__value3>[^\s\"',;&(){}\[\]$<\x00]+))",
         lambda value: value if _generated(value) else None,
     ),
     # Token-like keys ("access_token=…", "JSESSIONID=…"); "max_tokens: 512" is not one (the
@@ -471,14 +493,16 @@ DETECTORS: tuple[Detector, ...] = (
         "key_value_session",
         rf"(?i)\b(?:[a-z0-9.-]*_)?(?:session|auth){_QUOTE}?[ \t]*[:=][ \t]*{_QUOTE}?"
         r"(?P<key_value_session__value>[A-Za-z0-9._~+/=%-][A-Za-z0-9._~+/=:%-]{7,})",
-        lambda value: value if _generated(value) and any(c.isdigit() for c in value) else None,
+        lambda value: value if _session_like(value) else None,
     ),
-    # A PIN, a one-time code, a card's security code: "pin=4921", "OTP: 482913", "cvv: 123"
-    # (as attribute keys: "pin", "otp", "cvv" are sensitive). Digits only: "pin: enabled".
+    # A PIN, a one-time code, a card's security code: "card_pin=4921", "OTP: 482913", "cvv:
+    # 123" (as attribute keys: "pin", "otp", "cvv" are sensitive). Digits only: "otp:
+    # enabled". Not a bare "pin": in a config it is a pin number ("- pin: 1022", GPIO).
     Detector(
         "key_value_code",
-        rf"(?i)\b(?:[a-z0-9.-]*[_.-])?(?:pin|otp|cvv2?|cvc|passcode|(?:verification|security|"
-        rf"one[_ -]?time|otp|pin|auth|2fa|mfa)[_ -]?code){_QUOTE}?[ \t]*[:=][ \t]*{_QUOTE}?"
+        rf"(?i)\b(?:[a-z0-9.-]*[_.-])?(?:otp|cvv2?|cvc|passcode|(?:card|atm|user|account)[_ -]?pin|"
+        rf"pin[_ -]?(?:code|number)|(?:verification|security|one[_ -]?time|otp|auth|2fa|mfa)"
+        rf"[_ -]?code){_QUOTE}?[ \t]*[:=][ \t]*{_QUOTE}?"
         r"(?P<key_value_code__value>[0-9]{3,8})\b",
     ),
     # <password>…</password>, <apiKey>…</apiKey>; <accessToken>…</accessToken> (a token holds a
@@ -494,17 +518,12 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "xml_attribute_secret",
         rf"(?i:\b(?:key|name)[ \t]*=[ \t]*{_QUOTE}{_XML_NAME}{_QUOTE}"
-        # the value, maybe after one other attribute (xdt:Transform="Replace")
-        rf"(?:[ \t\r\n]+{_XML_ATTRIBUTE})?[ \t\r\n]+value[ \t]*=[ \t]*)"
+        # the value, maybe after other attributes (xdt:Transform="Replace" xdt:Locator=...).
+        # Not the value first, nor the element's text: <input value="Reset"
+        # name="reset_password">, Android's <string name="prompt_password">Password</string>.
+        rf"(?:[ \t\r\n]+{_XML_ATTRIBUTE}){{0,2}}[ \t\r\n]+value[ \t]*=[ \t]*)"
         r"(?:\\?\"(?P<xml_attribute_secret__value>[^\"\\<\x00]+)\\?\"|"
-        r"'(?P<xml_attribute_secret__value2>[^'<\x00]+)')"
-        # or as the element's text: <entry key="password">...</entry>
-        rf"|(?i:<[a-z][a-z0-9_.:-]*[ \t\r\n]+(?:{_XML_ATTRIBUTE}[ \t\r\n]+)?(?:key|name)[ \t]*=[ \t]*"
-        rf"{_QUOTE}{_XML_NAME}{_QUOTE}[^<>\x00]*>)[ \t\r\n]*"
-        r"(?P<xml_attribute_secret__value3>[^<\s\x00][^<\x00]*)<"
-        # or before the name: <add value="..." key="ApiKey"/>
-        r"|(?i:\bvalue[ \t]*=[ \t]*)\\?\"(?P<xml_attribute_secret__value4>[^\"\\<\x00]+)\\?\""
-        rf"(?i:[ \t\r\n]+(?:key|name)[ \t]*=[ \t]*{_QUOTE}{_XML_NAME}{_QUOTE})",
+        r"'(?P<xml_attribute_secret__value2>[^'<\x00]+)')",
     ),
     Detector(
         "xml_token",
