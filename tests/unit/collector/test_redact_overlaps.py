@@ -57,6 +57,15 @@ def _placements(text: str) -> list[str]:
     return [text, f"the tool said: {text} (done)", json.dumps({"role": "tool", "content": text})]
 
 
+def _assert_left_alone(text: str) -> None:
+    """Nothing of ``text`` is replaced, in each placement."""
+    redactor = Redactor(KEY)
+    for placement in _placements(text):
+        stored, rules = _redacted(redactor, placement)
+        assert text in stored or json.dumps(text)[1:-1] in stored, (placement, stored)
+        assert rules == [], (placement, rules)
+
+
 # --- a match turned down hides nothing ----------------------------------------------------
 # Provider keywords whose detectors take "<keyword>...KEY=<value>" and check the value's shape.
 # Each value here fails that check (the wrong alphabet, length or case), yet it follows a
@@ -202,10 +211,7 @@ def test_a_generated_value_after_a_key_ending_in_key_is_replaced(name: str) -> N
 )  # fmt: skip
 def test_a_path_a_name_or_a_word_after_a_key_ending_in_key_stays(text: str) -> None:
     """Those names also name files (kubeconfig's client-key), ids and settings."""
-    redactor = Redactor(KEY)
-    for placement in _placements(text):
-        stored, rules = _redacted(redactor, placement)
-        assert rules == [], (placement, stored)
+    _assert_left_alone(text)
 
 
 @pytest.mark.parametrize("name", _NOT_SECRET_NAMES)
@@ -252,10 +258,7 @@ def test_a_secret_in_other_xml_name_value_layouts_is_replaced(form: str) -> None
     ],
 )  # fmt: skip
 def test_xml_pairs_whose_name_only_holds_a_secret_word_stay(text: str) -> None:
-    redactor = Redactor(KEY)
-    for placement in _placements(text):
-        stored, rules = _redacted(redactor, placement)
-        assert rules == [], (placement, stored)
+    _assert_left_alone(text)
 
 
 @pytest.mark.parametrize("quote", ['"', "'", '\\"'])
@@ -345,11 +348,7 @@ def test_a_session_or_auth_value_in_text_is_replaced(key: str) -> None:
     ],
 )  # fmt: skip
 def test_words_after_session_auth_and_code_keys_stay(text: str) -> None:
-    redactor = Redactor(KEY)
-    for placement in _placements(text):
-        stored, rules = _redacted(redactor, placement)
-        assert text in stored or json.dumps(text)[1:-1] in stored, (placement, stored)
-        assert rules == [], (placement, rules)
+    _assert_left_alone(text)
 
 
 class _Recording:
