@@ -59,8 +59,10 @@ from collector.processors.rules import (
     RedactionConfig,
     card_groups,
     card_layout,
+    generated_value,
     is_sensitive_key,
     key_hints,
+    names_a_generated_key,
     value_in_text,
 )
 
@@ -143,7 +145,9 @@ _KEYED_RULES = frozenset(
         "cookie_header",
     }
 )
-_SCAN, _SECRET, _ALLOWED = range(3)  # how a map key's value is treated
+# How a map key's value is treated: scanned, replaced, left, or replaced when it looks
+# generated and scanned otherwise (client_key: names_a_generated_key).
+_SCAN, _SECRET, _ALLOWED, _GENERATED = range(4)
 # (label prefix, owner, key or attribute name, text): owner[key] = redacted, or setattr on a
 # span. The provenance label is only built for a segment that is processed.
 _Slot = tuple[str, Any, Any, str]
@@ -412,6 +416,8 @@ class Redactor:
             known = _ALLOWED
         elif is_sensitive_key(_named(key), self._extra_keys):
             known = _SECRET
+        elif names_a_generated_key(_named(key)):
+            known = _GENERATED
         else:
             known = _SCAN
         try:
@@ -443,11 +449,15 @@ class Redactor:
             stored = key
             if holds_secret:
                 stored = self._redact_text(key, f"{prefix}<key>", fired)
-            if kind == _SECRET and value and value not in self.config.allow_values:
+            if (
+                (kind == _SECRET or (kind == _GENERATED and generated_value(value)))
+                and value
+                and value not in self.config.allow_values
+            ):
                 out[stored] = self._replace_whole(value, f"{prefix}{stored}", fired)
                 continue
             out[stored] = value
-            if kind == _SCAN:
+            if kind in (_SCAN, _GENERATED):
                 slots.append((prefix, out, stored, value))
         return out
 
@@ -828,7 +838,16 @@ class Redactor:
                 key not in self.config.allow_keys
                 and is_sensitive_key(_named(key), self._extra_keys)
             )
-        if not sensitive or value is None or value == "" or value == [] or value == {}:
+        if not sensitive:
+            # client_key: only a value that looks generated (names_a_generated_key)
+            return (
+                isinstance(value, str)
+                and key not in self.config.allow_keys
+                and names_a_generated_key(_named(key))
+                and generated_value(value)
+                and value not in self.config.allow_values
+            )
+        if value is None or value == "" or value == [] or value == {}:
             return False
         return not (isinstance(value, str) and value in self.config.allow_values)
 

@@ -585,6 +585,12 @@ _KEY_ENDS = (
 """Sensitive as the end of the key's last dotted part: the whole of it or after ``_``
 (``auth``, ``x_pin``), and ``token``, ``sessid`` and ``sessionid`` after anything
 (``csrftoken``, ``PHPSESSID``); ``input_tokens`` counts tokens."""
+# Keys whose value is replaced when it looks generated (``generated_value``): they also
+# name public ids and paths ("app_key" of a Pusher app, kubeconfig's "client-key"). The
+# same names as key_value_key's in text.
+_GENERATED_KEY_ENDS = (
+    "(?:app|consumer|client|server|write|admin|auth|service|account){sep}key",
+)  # fmt: skip
 _KEY_SEPARATOR = "[ \\t\\n\\r\\f\\v_.]?"  # in the key normalized: "-" is "_" there
 _SENSITIVE_KEY_PARTS = re.compile(
     "|".join(w.format(sep=_KEY_SEPARATOR) for w in _KEY_PARTS if w not in _SHORT_KEY_PARTS)
@@ -622,7 +628,7 @@ def key_hints(extra: tuple[str, ...] = ()) -> tuple[str, str]:
     other patterns."""
     anywhere = [w.format(sep=_HINT_SEPARATOR) for w in _KEY_PARTS]
     anywhere += [_HINT_SEPARATOR.join(re.escape(p) for p in name.split("_")) for name in extra]
-    ends = [w.format(sep="[_-]?") for w in _KEY_ENDS]
+    ends = [w.format(sep="[_-]?") for w in (*_KEY_ENDS, *_GENERATED_KEY_ENDS)]
     return "|".join(anywhere), "|".join(ends)
 
 
@@ -645,6 +651,23 @@ class RedactionConfig:
 def _normal_key(key: str) -> str:
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key)
     return snake.lower().replace("-", "_")
+
+
+_GENERATED_KEY_WHOLE = re.compile(
+    "(?:.*_)?(?:{})".format("|".join(w.format(sep="_?") for w in _GENERATED_KEY_ENDS))
+)
+
+
+@lru_cache(maxsize=65_536)
+def names_a_generated_key(key: str) -> bool:
+    """``client_key``, ``serverKey``, ``FCM_SERVER_KEY``: a key whose value is replaced when
+    it looks generated (``generated_value``), as in text (key_value_key)."""
+    return bool(_GENERATED_KEY_WHOLE.fullmatch(_normal_key(key).rsplit(".", 1)[-1]))
+
+
+def generated_value(value: str) -> bool:
+    """Whether ``value`` looks generated (``_generated``)."""
+    return _generated(value)
 
 
 @lru_cache(maxsize=65_536)

@@ -175,7 +175,8 @@ _NOT_SECRET_NAMES = [
 def test_a_generated_value_after_a_key_ending_in_key_is_replaced(name: str) -> None:
     """ACCESS_KEY=, clientKey:, FCM_SERVER_KEY=, <add key="AppKey" value=...>: in text (an
     env dump, YAML, a repr, XML) the value was stored; an attribute or a JSON key of the
-    unambiguous names was replaced already."""
+    unambiguous names was replaced already (whatever its value), of the others now too
+    when the value looks generated."""
     assert is_sensitive_key(name) == (name in _ATTRIBUTE_KEY_NAMES)
     redactor = Redactor(KEY)
     value = _mixed(20)
@@ -193,7 +194,7 @@ def test_a_generated_value_after_a_key_ending_in_key_is_replaced(name: str) -> N
             assert len(rules) == 1, (text, rules)
     record = span_record(span_attributes={name: value})
     redactor([record])
-    assert (value not in record.span_attributes[name]) == (name in _ATTRIBUTE_KEY_NAMES)
+    assert value not in record.span_attributes[name]  # (a generated value: any of them)
 
 
 @pytest.mark.parametrize(
@@ -389,3 +390,37 @@ def test_looking_again_at_a_turned_down_span_searches_only_that_span() -> None:
     text = "owner " + email + " " + "sid=123456789 " * 10_000
     stored, rules = _redacted(redactor, text)
     assert email not in stored and rules == ["email"]
+
+
+_GENERATED_KEY_NAMES = ["client_key", "serverKey", "FCM_SERVER_KEY", "consumer_key", "app_key"]
+
+
+@pytest.mark.parametrize("name", _GENERATED_KEY_NAMES)
+def test_a_generated_value_under_such_a_key_is_replaced_in_attributes_and_json(
+    name: str,
+) -> None:
+    """As in text (key_value_key): an attribute, a JSON key, a {"name", "value"} pair named
+    client_key / serverKey / ... hold a generated value replaced; before, text replaced it
+    and the same pair as an attribute or in parsed JSON was stored."""
+    redactor = Redactor(KEY)
+    value = _mixed(22)
+    record = span_record(span_attributes={name: value, "doc": json.dumps({"cfg": {name: value}})})
+    redactor([record])
+    assert value not in json.dumps(record.span_attributes), record.span_attributes
+    pair = json.dumps({"settings": [{"name": name, "value": value}], "n": 1})
+    stored, _ = _redacted(redactor, pair)
+    assert value not in stored, stored
+
+
+@pytest.mark.parametrize("name", _GENERATED_KEY_NAMES)
+@pytest.mark.parametrize(
+    "value", ["/etc/ssl/private/client.key", "com.mycompany.myapp", "aes256", "awsAccessKeyValue"]
+)
+def test_a_path_or_a_name_under_such_a_key_stays_in_attributes_and_json(
+    name: str, value: str
+) -> None:
+    redactor = Redactor(KEY)
+    record = span_record(span_attributes={name: value, "doc": json.dumps({"cfg": {name: value}})})
+    redactor([record])
+    assert record.span_attributes[name] == value and record.redactions == []
+    assert json.loads(record.span_attributes["doc"]) == {"cfg": {name: value}}
