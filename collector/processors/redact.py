@@ -312,7 +312,7 @@ class Redactor:
         self.forced_engine: int | None = None
         """Selection by RE2 (0) or Hyperscan (1) on every span, not the faster: for tests."""
         self._key_classes: dict[str, tuple[int, bool]] = {}
-        self._sensitive_keys: dict[str, bool] = {}  # JSON keys and pair names: _secret_value
+        self._sensitive_keys: dict[str, int] = {}  # JSON keys and pair names: _secret_value
         self._plain_keys: set[str] = set()  # classified keys that cannot hold a secret
         self._decode_depth = 0  # how many encodings (percent, base64) the text is inside
         self._clean: set[str] = set()  # short texts (JSON strings, keys, values) that hold nothing
@@ -830,23 +830,27 @@ class Redactor:
     def _secret_value(self, key: str, value: Any) -> bool:
         """A value under a sensitive key is replaced whatever it looks like (unless empty or
         explicitly allowed)."""
-        sensitive = self._sensitive_keys.get(key)
-        if sensitive is None:  # every key of every document comes here: once per key
+        kind = self._sensitive_keys.get(key)
+        if kind is None:  # every key of every document comes here: classified once per key
             if len(self._sensitive_keys) > 65_536:
                 self._sensitive_keys.clear()
-            sensitive = self._sensitive_keys[key] = (
-                key not in self.config.allow_keys
-                and is_sensitive_key(_named(key), self._extra_keys)
-            )
-        if not sensitive:
-            # client_key: only a value that looks generated (names_a_generated_key)
+            if key in self.config.allow_keys:
+                kind = _ALLOWED
+            elif is_sensitive_key(_named(key), self._extra_keys):
+                kind = _SECRET
+            elif names_a_generated_key(_named(key)):
+                kind = _GENERATED
+            else:
+                kind = _SCAN
+            self._sensitive_keys[key] = kind
+        if kind == _GENERATED:  # client_key: only a value that looks generated
             return (
                 isinstance(value, str)
-                and key not in self.config.allow_keys
-                and names_a_generated_key(_named(key))
                 and generated_value(value)
                 and value not in self.config.allow_values
             )
+        if kind != _SECRET:
+            return False
         if value is None or value == "" or value == [] or value == {}:
             return False
         return not (isinstance(value, str) and value in self.config.allow_values)
