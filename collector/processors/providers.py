@@ -549,16 +549,16 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"\bpypi-AgE(?:IcHlwaS5vcmc|NdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,}",
         _tail(50, 64),
     ),
-    Detector("rubygems_token", r"\brubygems_[a-f0-9]{46,52}\b", _after(9, 16)),  # gl, th
+    Detector("rubygems_token", r"\brubygems_[A-Za-z0-9]{46,52}\b", _after(9, 16)),  # gl, th
     Detector(  # th dockerhub v2, cs
         "docker_hub_token",
         r"\bdckr_(?:pat_[A-Za-z0-9_-]{25,31}|oat_[A-Za-z0-9_-]{30,36})",
         _after(9, 64),
     ),
     Detector(  # th circleci v2
-        "circleci_token", r"\bCCIPAT_[A-Za-z0-9]{22}_[a-f0-9]{38,44}\b", _after(7)
+        "circleci_token", r"\bCCIPAT_[A-Za-z0-9]{22}_[A-Za-z0-9]{38,44}\b", _after(7)
     ),
-    Detector("buildkite_token", r"\bbkua_[a-f0-9]{38,44}\b", _after(5, 16)),  # th buildkite v2
+    Detector("buildkite_token", r"\bbkua_[A-Za-z0-9]{38,44}\b", _after(5, 16)),  # th buildkite v2
     # AKCp<69> API keys; cmVmd<59> reference tokens, the base64 of "reftkn:..." (gl
     # artifactory-reference-token, th, cs).
     Detector(
@@ -766,7 +766,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(  # sbp_<40 hex> (th supabasetoken, cs); sb_secret_ keys (Supabase, 2025)
         "supabase_token",
-        r"\b(?:sbp_(?:v0_)?[a-f0-9]{38,44}\b|sb_secret_[A-Za-z0-9_-]{20,})",
+        r"\b(?:sbp_(?:v0_)?[A-Za-z0-9]{38,44}\b|sb_secret_[A-Za-z0-9_-]{20,})",
         _supabase,
     ),
     Detector(  # gl planetscale-*, th planetscale, cs
@@ -782,7 +782,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"\bdp\.(?:pt|sa|ct|scim|audit|st(?:\.[a-z0-9_-]{2,35})?)\.[A-Za-z0-9]{38,48}\b",
         _last_field("."),
     ),
-    Detector("pulumi_token", r"\bpul-[a-f0-9]{38,44}\b", _after(4, 16)),  # gl, th
+    Detector("pulumi_token", r"\bpul-[A-Za-z0-9]{38,44}\b", _after(4, 16)),  # gl, th
     # hvs./hvb./hvr.: service, batch, recovery tokens; OSS Vault service tokens are
     # hvs.<24>, HCP ones ~90 (gl vault-*, th hashicorpvault, cs).
     # Before Vault 1.10: s.<24> service tokens (gl vault-service-token), only when the 24
@@ -906,12 +906,12 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(  # gl postman-api-token, th, cs
         "postman_key",
-        r"\b(?:PMAK-[a-fA-F0-9]{24}-[a-fA-F0-9]{32,38}|PMAT-[0-9A-Z]{24,30})\b",
+        r"\b(?:PMAK-[A-Za-z0-9]{22,26}-[A-Za-z0-9]{32,38}|PMAT-[0-9A-Z]{24,30})\b",
         _after(5, 16),
     ),
     Detector(  # pat-<region>-<uuid> private app tokens (th hubspot_apikey v2)
         "hubspot_token",
-        rf"\bpat-(?:na|eu|ap)[0-9]-{_UUID_CUT}\b",
+        r"\bpat-(?:na|eu|ap)[0-9]-[A-Za-z0-9]{8}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{10,16}\b",
         _random_part(lambda value: value[8:].replace("-", ""), 16),
     ),
     Detector("contentful_token", r"\bCFPAT-[A-Za-z0-9_-]{41,47}", _after(6, 64)),  # th
@@ -992,6 +992,110 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     # Stripe webhook signing secrets; Svix, Clerk and Resend use the same whsec_ shape (cs).
     Detector("stripe_webhook_secret", r"\bwhsec_[A-Za-z0-9+/]{30,}={0,2}", _after(6, 64, 2)),
+    # --- more prefix-distinctive formats (trufflehog's detectors without a keyword) -------
+    Detector(  # ory_pat_/ory_at_/ory_rt_/ory_apikey_ (Ory Network)
+        "ory_token", r"\bory_(?:pat|at|rt|ac|apikey)_[A-Za-z0-9]{28,}\b", _last_field("_", 62, 2)
+    ),
+    # access-<environment>-<uuid> (gl, th plaid): the environment makes the prefix.
+    Detector(
+        "plaid_token",
+        r"\baccess-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-"
+        r"[0-9a-f]{4}-[0-9a-f]{10,16}\b",
+        _random_part(lambda value: value.split("-", 2)[2].replace("-", ""), 16),
+    ),
+    Detector(  # sl.<130+> short-lived tokens (gl dropbox-short-lived-api-token, th dropbox)
+        "dropbox_token", r"\bsl\.(?:u\.)?[A-Za-z0-9_-]{130,}", _last_field(".", 64, 2)
+    ),
+    Detector(  # squ_/sqp_/sqa_<40 hex> (gl sonar-api-token, th sonarcloud)
+        "sonar_token", r"\bsq[upa]_[a-f0-9]{38,44}\b", _after(4, 16)
+    ),
+    Detector(  # live_/test_<35 hex> secret keys (gl lob-api-key); the publishable pub_ ones stay
+        "lob_key", r"\b(?:live|test)_[a-f0-9]{33,37}\b", _after(5, 16)
+    ),
+    Detector("apify_token", r"\bapify_api_[A-Za-z0-9]{34,40}\b", _after(10, 62, 2)),  # th
+    Detector(  # Bitbucket Data Center HTTP access tokens (th atlassiandatacenter)
+        "bitbucket_dc_token", r"\bBBDC-[A-Za-z0-9+/@_-]{40,50}", _after(5, 64, 2)
+    ),
+    Detector("bannerbear_key", r"\bbb_(?:pr|ma)_[a-f0-9]{28,34}\b", _after(6, 16)),  # th
+    Detector("endorlabs_key", r"\bendr\+[A-Za-z0-9-]{14,20}\b", _after(5, 62, 2)),  # th
+    Detector("fleetbase_key", r"\bflb_live_[A-Za-z0-9]{18,24}\b", _after(9, 62, 2)),  # th
+    Detector("flexport_key", r"\bshltm_[A-Za-z0-9_-]{38,44}", _after(6, 64, 2)),  # th
+    Detector(  # na1.<100 base64> (th fullstory v2)
+        "fullstory_key", r"\bna1\.[A-Za-z0-9+/]{98,104}={0,2}", _after(4, 64, 2)
+    ),
+    # live_<40> (th gocardless); "live_" is a word in names, so the body mixes cases and
+    # digits ("live_stream_configuration_for_the_app" is a name).
+    Detector("gocardless_token", r"\blive_[A-Za-z0-9_-]{38,44}", _after(5, 64, 3)),
+    # pk_<34 hex> private keys, pk_<6>_<34 hex> (th klaviyo): not 32 or 40 (digests).
+    Detector(
+        "klaviyo_key",
+        r"\bpk_(?:[A-Za-z0-9]{6}_)?[a-f0-9]{33,36}\b",
+        _last_field("_", 16),
+    ),
+    Detector("locationiq_token", r"\bpk\.[a-f0-9]{30,36}\b", _after(3, 16)),  # th locationiq
+    Detector("nightfall_key", r"\bNF-[A-Za-z0-9]{30,36}\b", _after(3, 62, 2)),  # th
+    Detector(  # th pagarme
+        "pagarme_key", r"\bak_(?:live|test)_[A-Za-z0-9]{28,34}\b", _after(8, 62, 2)
+    ),
+    # pub-c-/sub-c-<uuid> (th pubnub*), sec-c-<base64> secret keys.
+    Detector(
+        "pubnub_key",
+        r"\b(?:(?:pub|sub)-c-[0-9a-z]{8}-[0-9a-z]{4}-[0-9a-z]{4}-[0-9a-z]{4}-[0-9a-z]{10,16}\b|"
+        r"sec-c-[A-Za-z0-9]{40,56})",
+        _random_part(lambda value: value[6:].replace("-", ""), 36),
+    ),
+    Detector(  # rh-api-<uuid> (th robinhoodcrypto)
+        "robinhood_key",
+        r"\brh-api-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{10,16}\b",
+        _random_part(lambda value: value[7:].replace("-", ""), 16),
+    ),
+    Detector("rootly_key", r"\brootly_[a-f0-9]{62,68}\b", _after(7, 16)),  # th
+    Detector(  # th saladcloudapikey
+        "saladcloud_key", r"\bsalad_cloud_[A-Za-z0-9]{1,7}_[A-Za-z0-9]{20,}", _last_field("_")
+    ),
+    # 3MVG9<80+> connected-app consumer keys, 5AEP861<80+> refresh tokens, <org id>!<token>
+    # access tokens (th salesforceoauth2, salesforcerefreshtoken, salesforce).
+    Detector(
+        "salesforce_token",
+        r"\b(?:3MVG9[A-Za-z0-9._+/=]{78,}|5AEP861[A-Za-z0-9._=]{78,}|"
+        r"00D[A-Za-z0-9]{12,15}![A-Za-z0-9_.]{90,})",
+        _random_part(lambda value: value[7:].replace(".", ""), 64, 2),
+    ),
+    Detector("sourcegraph_cody_token", r"\bslk_[a-f0-9]{62,68}\b", _after(4, 16)),  # th
+    # A PaymentIntent's or SetupIntent's client secret (th stripepaymentintent).
+    Detector(
+        "stripe_client_secret",
+        r"\b(?:pi|seti)_[A-Za-z0-9]{14,30}_secret_[A-Za-z0-9]{20,30}\b",
+        _last_field("_", 62, 2),
+    ),
+    # tskey-<kind>-<id>-<secret> (th tailscale)
+    Detector(
+        "tailscale_key",
+        r"\btskey-[a-z]{3,8}-[A-Za-z0-9]{6,24}-[A-Za-z0-9]{20,48}\b",
+        _last_field("-", 62, 2),
+    ),
+    Detector(  # th trufflehogenterprise
+        "trufflehog_key",
+        r"\bthog-(?:key-[0-9a-f]{14,20}|secret-[0-9a-f]{30,36})\b",
+        _last_field("-", 16),
+    ),
+    Detector("typeform_token", r"\btfp_[A-Za-z0-9_.=-]{40,63}", _after(4, 64, 2)),  # gl, th
+    Detector("ubidots_token", r"\bBBFF-[A-Za-z0-9]{28,34}\b", _after(5, 62, 2)),  # th
+    Detector(  # th voiceflow
+        "voiceflow_key",
+        r"\bVF\.(?:(?:DM|WS)\.)?[a-fA-F0-9]{24}\.[A-Za-z0-9]{14,20}\b",
+        _last_field(".", 62, 2),
+    ),
+    # The catch hook's id after the account's (th zapierwebhook); a Tines webhook's secret
+    # after its path (th tineswebhook). The hosts and ids stay.
+    Detector(
+        "zapier_webhook_url",
+        r"\bhooks\.zapier\.com/hooks/catch/[0-9]{4,12}/(?P<zapier_webhook_url__value>[A-Za-z0-9]{5,16})\b",
+    ),
+    Detector(
+        "tines_webhook_url",
+        r"\b[\w-]+\.tines\.com/webhook/[a-z0-9]{32}/(?P<tines_webhook_url__value>[a-z0-9]{30,36})\b",
+    ),
     # --- AI providers ------------------------------------------------------------------------
     Detector(  # hf_<34>, api_org_<34> (gl huggingface-*, th huggingface, cs)
         "huggingface_token",
@@ -1032,4 +1136,16 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     # sk_<48 hex> (th elevenlabs v2): "sk_" is common, so a narrow range that no hex digest
     # (32, 40, 56, 64) falls in.
     Detector("elevenlabs_key", r"\bsk_[a-f0-9]{46,52}\b", _after(3, 16)),
+    # Keys of agent tooling and model hosts, each prefix documented by its provider.
+    Detector("fireworks_key", r"\bfw_[A-Za-z0-9]{22,28}\b", _after(3, 62, 3)),
+    Detector("cerebras_key", r"\bcsk-[a-z0-9]{46,52}\b", _after(4, 36, 2)),
+    Detector("jina_key", r"\bjina_[A-Za-z0-9_-]{40,72}", _after(5, 64, 2)),
+    Detector("firecrawl_key", r"\bfc-[a-f0-9]{30,36}\b", _after(3, 16)),
+    Detector("e2b_key", r"\be2b_[a-f0-9]{38,44}\b", _after(4, 16)),
+    Detector("voyage_key", r"\bpa-[A-Za-z0-9_-]{41,47}", _after(3, 64, 3)),
+    Detector(  # re_<8>_<24> (Resend)
+        "resend_key", r"\bre_[A-Za-z0-9]{6,10}_[A-Za-z0-9]{22,28}\b", _after(3, 62, 3)
+    ),
+    Detector("render_key", r"\brnd_[A-Za-z0-9]{26,34}\b", _after(4, 62, 3)),
+    Detector("neon_key", r"\bnapi_[a-z0-9]{60,68}\b", _after(5, 36, 2)),
 )

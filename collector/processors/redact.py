@@ -97,6 +97,9 @@ _MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
 # one holds ~4 MB once used and takes ~35 ms to compile.
 _MAX_WITHOUT = 32
 _LOOK_PAST = 1024  # bytes past a turned-down span its second look may read (_within)
+# ... past a base64 run that is no blob (a path): they are frequent, so a shorter look, which
+# still finds every pattern's shortest match (the longest minimum, a Facebook token's, ~110).
+_RUN_LOOK_PAST = 256
 _CLOSERS = b" \t\"'\\<>)]}"  # what may follow a value inside its match and close it
 _MEASURE = 8  # one span in this many is timed on the engine in use
 _BURST = 24  # consecutive spans the other engine gets when it is measured
@@ -302,7 +305,7 @@ class Redactor:
                 patterns = [p for p in shadows if p is not None]
             self._prefilter = prefilter.Prefilter(patterns, bytes_only=self._shadowed, **selection)
         self._subsets: dict[frozenset[int], _Matcher] = {}
-        self._without: dict[frozenset[str], _Matcher] = {}  # _others
+        self._without: dict[tuple[frozenset[str], bool], _Matcher] = {}  # _others
         self._matchable = frozenset(range(len(detectors) + 2))  # what a subset is made of
         self._scan_bytes = re2.compile(self._scan.pattern.encode(), options)
         self._chooser = _Chooser()
@@ -941,6 +944,18 @@ class Redactor:
                     )
                 elif resume < match.end():
                     matches = _paired(matcher, view, resume)
+            elif replaced == cursor and rule == "base64_blob":
+                # A run of base64 characters that is no blob (a URL's or a file's path,
+                # "/api/sessions/eyJ...", ".../pkg/AKIA...") took the span in which a
+                # secret begins after one of its "/" or "+": the other detectors look there
+                # (a run without either holds no word start where one could begin).
+                inner = _separator_in(view, match.start() + 1, match.end())
+                others = self._others(used, rule) if inner >= 0 else None
+                if others is not None:
+                    matches = itertools.chain(
+                        _within(others, view, inner, match.end(), _RUN_LOOK_PAST),
+                        _paired(matcher, view, match.end()),
+                    )
             elif cursor < replaced < match.end() and view[replaced : match.end()].strip(_CLOSERS):
                 # (not when only a closing quote or "<" follows: the search goes on after)
                 # The secret is the first part of its match (a card, and the first digits
@@ -1017,16 +1032,22 @@ class Redactor:
             yield from self._numbers_at(view, start + 1, frozenset())
 
     def _others(self, used: _Matcher, rule: str) -> _Matcher | None:
-        """The matcher of ``used``'s detectors but ``rule`` (None: there is no other)."""
+        """The matcher of ``used``'s detectors but ``rule`` (None: there is no other); after
+        a base64 run, without base64 runs (which would take its tail again, from a "/") and
+        without the numbers (in a path, digits between two "/" are an id: Asana's, Discord's,
+        a post's; those of a short path are judged as before)."""
         names = frozenset(used.value_groups) - {rule}
+        if rule == "base64_blob":
+            names -= _NUMBER_RULES
         if not names:
             return None
-        others = self._without.get(names)
+        runs = rule != "base64_blob"
+        others = self._without.get((names, runs))
         if others is None:
             if len(self._without) >= _MAX_WITHOUT:
                 self._without.clear()
-            others = self._without[names] = _matcher(
-                [d for d in self._detectors if d.name in names], self._options
+            others = self._without[names, runs] = _matcher(
+                [d for d in self._detectors if d.name in names], self._options, extras=runs
             )
         return others
 
@@ -1226,7 +1247,9 @@ def _paired(matcher: _Matcher, view: bytes, start: int) -> Iterator[tuple[Any, _
     return ((match, matcher) for match in matcher.data.finditer(view, start))
 
 
-def _within(matcher: _Matcher, view: bytes, start: int, end: int) -> Iterator[tuple[Any, _Matcher]]:
+def _within(
+    matcher: _Matcher, view: bytes, start: int, end: int, look_past: int = _LOOK_PAST
+) -> Iterator[tuple[Any, _Matcher]]:
     """``matcher``'s matches in ``view`` that start in ``[start, end)``, each with the
     matcher, each as long as the whole text makes it. Each search stops ``_LOOK_PAST``
     bytes after ``end``: one running on to the next match anywhere after would make text
@@ -1235,7 +1258,7 @@ def _within(matcher: _Matcher, view: bytes, start: int, end: int) -> Iterator[tu
     search, anchored = matcher.data.search, matcher.data.match
     # (a little past the end, so that a match that starts inside and needs more text to
     # match at all is found: a token run on from a turned-down one)
-    endpos = min(len(view), end + _LOOK_PAST)
+    endpos = min(len(view), end + look_past)
     while start < end and (bounded := search(view, start, endpos)) is not None:
         if bounded.start() >= end:
             return
@@ -1245,6 +1268,12 @@ def _within(matcher: _Matcher, view: bytes, start: int, end: int) -> Iterator[tu
             continue
         yield whole, matcher
         start = max(whole.end(), whole.start() + 1)
+
+
+def _separator_in(view: bytes, start: int, end: int) -> int:
+    """The first "/" or "+" in ``view[start:end]`` (-1: none)."""
+    slash, plus = view.find(b"/", start, end), view.find(b"+", start, end)
+    return slash if plus < 0 or 0 <= slash < plus else plus
 
 
 def _recallable(text: str) -> bool:

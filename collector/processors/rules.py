@@ -10,6 +10,7 @@ see ADR 6). A detector may name an inner ``<rule>__value`` group: only that part
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -483,8 +484,19 @@ DETECTORS: tuple[Detector, ...] = (
         "key_value_token",
         rf"(?i)\b[a-z0-9._-]*?(?:{_TOKEN_KEYS}){_QUOTE}?\s*[:=]\s*{_QUOTE}?"
         # A ":" inside: "<bot id>:<secret>" (Telegram), "<client id>:<secret>".
-        r"(?P<key_value_token__value>[A-Za-z0-9._~+/=-][A-Za-z0-9._~+/=:-]{7,})",
+        # Percent-encoded in a query string ("X-Amz-Security-Token=IQoJ...%2F%2F...").
+        r"(?P<key_value_token__value>[A-Za-z0-9._~+/=%-][A-Za-z0-9._~+/=:%-]{7,})",
         _whole(lambda value: any(c.isalpha() for c in value)),
+    ),
+    # A signed URL's signature and an OAuth redirect's code, as query parameters: the URL
+    # grants what its signer or the user did until it expires (S3's and GCS's presigned
+    # URLs, CloudFront's, Azure's sig= outside a SAS, an Azure Function's code=). The rest
+    # of the URL stays. A value that looks generated (not "code=US", "code=print_hello").
+    Detector(
+        "url_signature",
+        r"(?i:(?:^|[?&\x00]|&amp;)(?:x-amz-signature|x-goog-signature|signature|sig|code)=)"
+        r"(?P<url_signature__value>[A-Za-z0-9._~+/=%-]{16,})",
+        lambda value: value if _generated(urllib.parse.unquote(value)) else None,
     ),
     # "session=<id>", "x_auth: <token>" (as attribute keys, _KEY_ENDS): "session" and "auth"
     # are words and variables too ("auth: required", "session = boto3.Session()"), so the

@@ -1,0 +1,302 @@
+"""A secret at the end of a path, and what a signed URL grants.
+
+A run of base64 characters that is no blob (a URL's path, a file's: "/api/v2/sessions/",
+"/srv/data/archive/") took, at one start, the span in which a secret begins after one of its
+"/" or "+", and hid it: a JWT or an AWS key at the end of a path was stored whole, an e-mail
+address in a path lost only what followed its first dot ("john" stayed). A signed URL (S3's,
+GCS's, CloudFront's, an Azure SAS's or Function's) grants what its signer could until it
+expires, and an OAuth redirect's code is worth a token: their signatures and codes were
+stored. Every secret is generated at run time from a fixed seed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import string
+from typing import Any
+
+import pytest
+
+from collector.processors import redact as redact_module
+from collector.processors.redact import Redactor
+from tests.records import span_record
+from tests.secret_corpus import (
+    gen_anthropic_key,
+    gen_aws_access_key,
+    gen_email,
+    gen_github_token,
+    gen_jwt,
+    gen_openai_key,
+)
+from tests.secretgen import PROVIDER_GENERATORS, secret_part
+
+KEY = b"unit-test-paths-key"
+_ALNUM = string.ascii_letters + string.digits
+
+
+def _redacted(redactor: Redactor, text: str) -> tuple[str, list[str]]:
+    record = span_record(span_attributes={"note": text})
+    redactor([record])
+    rules = [e.rsplit(":", 1)[1].removesuffix("+verified") for e in record.redactions]
+    return record.span_attributes["note"], rules
+
+
+def _placements(text: str) -> list[str]:
+    """The text alone, inside a sentence, and as a tool message's content in JSON."""
+    return [
+        text,
+        f"the tool fetched {text} (200 OK)",
+        json.dumps({"role": "tool", "content": text}),
+    ]
+
+
+# Runs of base64 characters (31 or more) that end where a secret begins.
+_PATHS = {
+    "url_path": "GET https://files.example.com/api/v2/tenants/acme/objects/",
+    "file_path": "open /srv/data/archive/2024/reports/quarterly/",
+    "after_plus": "q=Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4+",
+    "base64_then_slash": "blob Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4/",
+}
+
+
+def _core_secrets() -> dict[str, tuple[str, str]]:
+    """kind -> (the text placed after a path, the part never stored)."""
+    rng = random.Random(20261206)
+    found: dict[str, tuple[str, str]] = {}
+    for kind, generate in {
+        "jwt": gen_jwt,
+        "aws_access_key": gen_aws_access_key,
+        "anthropic_key": gen_anthropic_key,
+        "openai_key": gen_openai_key,
+        "github_token": gen_github_token,
+        "email": gen_email,
+    }.items():
+        text = generate(rng).text
+        found[kind] = (text, text)
+    return found
+
+
+_CORE = _core_secrets()
+
+
+@pytest.mark.parametrize("kind", sorted(_CORE))
+@pytest.mark.parametrize("path", sorted(_PATHS))
+@pytest.mark.parametrize("engine", [0, 1])
+def test_a_secret_at_the_end_of_a_path_is_replaced(kind: str, path: str, engine: int) -> None:
+    """Each kind after each run, in each placement, by either engine: the secret is
+    replaced and the path before it stays as it was."""
+    if (kind, path) == ("email", "after_plus"):
+        pytest.skip("a '+' is part of an address: 'Zm9v...+john@example.com' is one")
+    redactor = Redactor(KEY)
+    redactor.forced_engine = engine
+    text, secret = _CORE[kind]
+    for placement in _placements(_PATHS[path] + text + " done"):
+        stored, rules = _redacted(redactor, placement)
+        assert secret not in stored, (placement, stored)
+        assert _PATHS[path].split()[-1] in stored or json.dumps(_PATHS[path])[1:-1] in stored
+        assert rules == [kind], (placement, rules)
+    if kind == "email":  # the address's first part, before its first dot, went with it
+        local = text.split("@")[0].split(".")[0]
+        stored, _ = _redacted(redactor, _PATHS[path] + text)
+        assert not stored.endswith(local + "<"), stored
+
+
+@pytest.mark.parametrize("name", sorted(PROVIDER_GENERATORS))
+def test_every_provider_credential_at_the_end_of_a_path_is_replaced(name: str) -> None:
+    """Each provider's generated credential at the end of a URL's path and of a file's."""
+    redactor = Redactor(KEY)
+    credential = PROVIDER_GENERATORS[name](random.Random(name))
+    secret = secret_part(name, credential)
+    for path in ("url_path", "file_path"):
+        text = _PATHS[path] + credential + " done"
+        stored, rules = _redacted(redactor, text)
+        assert secret not in stored, (text, stored)
+        assert rules, text
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_paths_and_base64_runs_stay_and_hide_nothing_else(seed: int) -> None:
+    """Paths, base64 of random bytes (a "/" or "+" in every few characters) and a data URL
+    around an e-mail address: only the address is replaced; the runs are looked at again and
+    nothing in them is taken for a secret."""
+    rng = random.Random(seed)
+    blob = base64.b64encode(rng.randbytes(600)).decode()
+    email = gen_email(rng).text
+    path = "/".join("".join(rng.choice(_ALNUM) for _ in range(rng.randint(3, 9))) for _ in range(8))
+    text = f"GET /{path} then data:image/png;base64,{blob} from {email} via /srv/{path}/index"
+    redactor = Redactor(KEY)
+    for engine in (0, 1):
+        redactor.forced_engine = engine
+        stored, rules = _redacted(redactor, text)
+        assert rules == ["email"], (seed, rules)
+        head, _, tail = text.partition(email)
+        assert stored.startswith(head + "<email:") and stored.endswith(tail), stored
+
+
+def _luhn_valid_id(rng: random.Random, length: int) -> str:
+    """Digits of ``length`` that pass the Luhn check, as one in ten ids does."""
+    while True:
+        digits = str(rng.randint(1, 9)) + "".join(
+            rng.choice(string.digits) for _ in range(length - 1)
+        )
+        total = sum(
+            d if i % 2 == 0 else (d * 2 - 9 if d * 2 > 9 else d * 2)
+            for i, d in enumerate(int(c) for c in reversed(digits))
+        )
+        if total % 10 == 0:
+            return digits
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_ids_in_a_long_path_stay_even_when_they_pass_a_cards_check(seed: int) -> None:
+    """Digits between two "/" of a path are an id (Asana's tasks, Discord's channels, a
+    post's), not a card or a phone, whatever their checksum: looking again at a path finds
+    no number in it."""
+    rng = random.Random(seed)
+    task, channel = _luhn_valid_id(rng, 16), _luhn_valid_id(rng, 18)
+    for text in (
+        f"see https://app.asana.com/0/1204567890123456/{task} and https://discord.com/"
+        f"channels/123456789012345678/{channel} (owner {gen_email(rng).text})",
+    ):
+        stored, rules = _redacted(Redactor(KEY), text)
+        assert rules == ["email"], (text, rules)
+        assert task in stored and channel in stored
+
+
+def test_a_path_run_is_looked_at_again_once_and_only_a_little_past_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A text of many paths beside an e-mail address: each run that holds a "/" or "+" is
+    searched again once, from that separator to a few hundred bytes past its end (a text of
+    such runs must not cost its length for each of them), and only with the other detectors."""
+    calls: list[tuple[int, int, int, frozenset[str]]] = []
+    within = redact_module._within
+
+    def recording(matcher: Any, view: bytes, start: int, end: int, look_past: int = 0) -> Any:
+        calls.append((start, end, look_past, frozenset(matcher.value_groups)))
+        return within(matcher, view, start, end, look_past)
+
+    monkeypatch.setattr(redact_module, "_within", recording)
+    email = gen_email(random.Random(7)).text
+    segment = "/srv/data/archive/2024/reports/quarterly/summary "
+    text = f"owner {email} " + segment * 200
+    stored, rules = _redacted(Redactor(KEY), text)
+    assert rules == ["email"] and stored.endswith(segment * 200)
+    runs = [c for c in calls if c[2] == redact_module._RUN_LOOK_PAST]
+    assert len(runs) == 200 and len(calls) == 200
+    assert all(detectors == {"email"} for *_, detectors in runs)
+    offset = len(f"owner {email} ".encode())
+    for index, (start, end, _, _) in enumerate(sorted(runs)):
+        run_start = offset + index * len(segment)
+        assert (start, end) == (run_start + 4, run_start + len(segment) - 1)
+
+
+# --- signed URLs and OAuth codes ---------------------------------------------------------
+def _signature(rng: random.Random, alphabet: str = _ALNUM, count: int = 43) -> str:
+    while True:
+        value = "".join(rng.choice(alphabet) for _ in range(count))
+        if any(c.isdigit() for c in value) and any(c.isalpha() for c in value):
+            return value
+
+
+def _signed_urls() -> dict[str, tuple[str, str, str]]:
+    """name -> (URL, the part never stored, a part that stays)."""
+    rng = random.Random(46)
+    hexsig = _signature(rng, "0123456789abcdef", 64)
+    goog = _signature(rng, "0123456789abcdef", 256)
+    cloudfront = _signature(rng, _ALNUM + "~-_", 60)
+    sas = _signature(rng) + "%2B" + _signature(rng, count=8) + "%3D"
+    code = "4/0A" + _signature(rng, _ALNUM + "-_", 70)
+    function = _signature(rng, count=54) + "=="
+    return {
+        "s3": (
+            "https://bucket.s3.amazonaws.com/report.pdf?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+            "&X-Amz-Date=20261206T000000Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host"
+            f"&X-Amz-Signature={hexsig}",
+            hexsig,
+            "X-Amz-Expires=3600",
+        ),
+        "gcs": (
+            "https://storage.googleapis.com/bucket/o.csv?X-Goog-Algorithm=GOOG4-RSA-SHA256"
+            f"&X-Goog-Expires=900&X-Goog-Signature={goog}&x-id=GetObject",
+            goog,
+            "x-id=GetObject",
+        ),
+        "cloudfront": (
+            f"https://d111.cloudfront.net/v.mp4?Expires=1798761600&Signature={cloudfront}"
+            "&Key-Pair-Id=K2JCJMDEHXQW5F",
+            cloudfront,
+            "Key-Pair-Id=K2JCJMDEHXQW5F",
+        ),
+        "logic_app": (
+            "https://prod-12.westus.logic.azure.com:443/workflows/0123abcd/triggers/manual/"
+            f"paths/invoke?api-version=2016-06-01&sp=%2Ftriggers%2Fmanual%2Frun&sv=1.0&sig={sas}",
+            sas,
+            "api-version=2016-06-01",
+        ),
+        "oauth_code": (
+            f"https://app.example.com/oauth/callback?code={code}&state=af0ifjsldkj",
+            code,
+            "state=af0ifjsldkj",
+        ),
+        "azure_function": (
+            f"https://fn.azurewebsites.net/api/HttpTrigger?code={function}",
+            function,
+            "/api/HttpTrigger",
+        ),
+        "url_query_attribute": (f"sig={sas}&sv=1.0", sas, "sv=1.0"),
+    }
+
+
+_SIGNED = _signed_urls()
+
+
+@pytest.mark.parametrize("name", sorted(_SIGNED))
+@pytest.mark.parametrize("engine", [0, 1])
+def test_a_signed_urls_signature_and_an_oauth_code_are_replaced(name: str, engine: int) -> None:
+    redactor = Redactor(KEY)
+    redactor.forced_engine = engine
+    url, secret, kept = _SIGNED[name]
+    placements = _placements(url)
+    if name == "url_query_attribute":  # a query alone (OTel's url.query): not in prose
+        placements = [placements[0], placements[2]]
+    for placement in placements:
+        stored, rules = _redacted(redactor, placement)
+        assert secret not in stored and secret[:12] not in stored, (placement, stored)
+        assert kept in stored, stored
+        assert rules == ["url_signature"], rules
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "https://shop.example.com/checkout?code=US&lang=en",
+        "https://example.com/run?code=print_hello_world_function",
+        "https://example.com/promo?code=SUMMERSALE2026",  # one class: a word and digits
+        "https://example.com/status?code=200&signature=pending",
+        "the signature=3f1a9c2b7d4e5f60718293a4b5c6d7e8 of the payload",  # not in a URL
+        "https://example.com/docs?sig=/usr/share/doc/signatures/readme",
+        "https://api.example.com/v1/codes?code=ABCDEFGHIJKLMNOPQRSTUVWX",
+    ],
+)
+def test_query_parameters_that_hold_no_signature_stay(text: str) -> None:
+    redactor = Redactor(KEY)
+    for placement in _placements(text):
+        stored, rules = _redacted(redactor, placement)
+        assert rules == [], (placement, rules)
+        assert stored == placement
+
+
+@pytest.mark.parametrize("key", ["X-Amz-Security-Token", "access_token", "id_token", "sid"])
+def test_a_percent_encoded_token_in_a_query_is_replaced_whole(key: str) -> None:
+    """The value of a token key holds its percent-encoded characters ("%2F%2F...wEaC"): the
+    part after the first escape was stored."""
+    rng = random.Random(key)
+    value = "IQoJ" + "%2F".join(_signature(rng, count=12) for _ in range(5)) + "%3D"
+    url = f"https://bucket.s3.amazonaws.com/o?{key}={value}&X-Amz-Expires=60"
+    for placement in _placements(url):
+        stored, _ = _redacted(Redactor(KEY), placement)
+        assert not any(part in stored for part in value.split("%")[1:] if len(part) > 4), stored
+        assert "X-Amz-Expires=60" in stored
