@@ -215,6 +215,15 @@ def _generated(value: str) -> bool:
     return sum(any(kind(c) for c in text) for kind in kinds) >= 2
 
 
+def _command_secret(value: str) -> bool:
+    """A flag's value is a secret given on the command line: not a template or a path, and
+    not where a file or the environment holds it (openssl's "env:", "file:")."""
+    text = value.strip()
+    if len(text) < 3 or text.startswith(("{{", "%", "env:", "file:", "fd:")) or text == "stdin":
+        return False
+    return _PATH_START.match(text) is None
+
+
 def _session_like(value: str) -> bool:
     """A session id or an auth token, not a timestamp, a version or a name with a date
     ("2024-05-01T12:00:00Z", "4.2.0-rc1-20240501", "main-2024-dev-window1"): generated,
@@ -445,7 +454,40 @@ DETECTORS: tuple[Detector, ...] = (
     # starts a value or follows anything but a word (a blank, a quote, CURL_ARGS=-u x:y).
     Detector(
         "cli_credentials",
-        r"(?:^|[^A-Za-z0-9_-])(?:-u|--user)[= ]+['\"]?(?P<cli_credentials__value>[^\s:'\"<\x00][^\s:'\"\x00]*:[^\s'\"<\x00][^\s'\"\x00]{2,})",
+        # (not "-u http://app": a URL's "//" is no password)
+        r"(?:^|[^A-Za-z0-9_-])(?:-u|--user)[= ]+['\"]?(?P<cli_credentials__value>[^\s:'\"<\x00][^\s:'\"\x00]*:"
+        r"(?:[^\s'\"</\x00][^\s'\"\x00]{2,}|/[^\s'\"</\x00][^\s'\"\x00]+))",
+    ),
+    # A password or token given to a command (a coding agent's shell, a runbook): a long
+    # flag named for one and its value after a blank ("--password hunter2", "--api-key
+    # k3y"; after "=", key_value_secret's), the commands whose short flag takes one
+    # ("mysql -pS3cret", "sshpass -p pw", "docker login -u bob -p pw", "redis-cli -a pw",
+    # "sqlcmd -P pw", "ldapsearch -w pw", "zip -P pw", "7z -ppw", openssl's "-passin
+    # pass:pw") and a .netrc line. Not a variable ("$DB_PASSWORD"), a placeholder
+    # ("<password>"), the next flag, a path ("--private-key ~/.ssh/id_rsa"), nor a name
+    # that only holds the word ("--password-stdin", "--token-file", "--max-tokens").
+    Detector(
+        "cli_password",
+        r"(?:^|[\s'\"`(;&|\x00])(?:"
+        r"--?(?:[A-Za-z0-9]+[-_])*(?i:password|passwd|pass|pwd|token|secret|api[-_]?key|"
+        r"passphrase|storepass|keypass|client[-_]secret|secret[-_]key|auth[-_]key|"
+        r"private[-_]key)[ \t]+"
+        r"|(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mariadb|mariadb-dump)"
+        r"\b[^\r\n\x00|;&]*?[ \t]-p"
+        r"|sshpass[ \t]+-p[ \t]*"
+        r"|(?:docker|podman|nerdctl|buildah|skopeo|helm|oras|crane|az)[ \t][^\r\n\x00|;&]*?"
+        r"\blogin\b[^\r\n\x00|;&]*?[ \t]-p[ \t]+"
+        r"|redis-cli\b[^\r\n\x00|;&]*?[ \t]-a[ \t]+"
+        r"|(?:sqlcmd|bcp)\b[^\r\n\x00|;&]*?[ \t]-P[ \t]*"
+        r"|ldap[a-z]+\b[^\r\n\x00|;&]*?[ \t]-w[ \t]+"
+        r"|(?:zip|unzip)\b[^\r\n\x00|;&]*?[ \t]-P[ \t]+"
+        r"|7za?\b[^\r\n\x00|;&]*?[ \t]-p"
+        r"|-pass(?:in|out)?[ \t]+pass:"
+        r"|machine[ \t]+[^\s\x00]+[ \t]+login[ \t]+[^\s\x00]+[ \t]+password[ \t]+"
+        r")(?:'(?P<cli_password__value>[^'<$\x00][^'\x00]*)'|"
+        r"\"(?P<cli_password__value2>[^\"<$\x00][^\"\x00]*)\"|"
+        r"(?P<cli_password__value3>[^\s'\"<$\x00-][^\s'\"\x00]*))",
+        _whole(_command_secret),
     ),
     # "password: x", "DB_PASSWORD=x", "'api_key': 'x'", '"secret":"x"', "pwd=x&" in text,
     # logs, env dumps, reprs, query strings, YAML or broken JSON; the whole value is replaced:

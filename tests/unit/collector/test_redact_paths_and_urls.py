@@ -300,3 +300,75 @@ def test_a_percent_encoded_token_in_a_query_is_replaced_whole(key: str) -> None:
         stored, _ = _redacted(Redactor(KEY), placement)
         assert not any(part in stored for part in value.split("%")[1:] if len(part) > 4), stored
         assert "X-Amz-Expires=60" in stored
+
+
+# --- passwords given to commands ---------------------------------------------------------
+# A coding agent's shell commands, a runbook in a tool result: "{}" is the secret.
+_COMMANDS = [
+    "mysql -u root -p{} -h db.internal shop",
+    "mysqldump --single-transaction -uroot -p{} shop > shop.sql",
+    "sshpass -p {} ssh deploy@10.0.0.5",
+    "docker login -u bob -p {} registry.example.com",
+    "podman login --username bob -p {} quay.io",
+    "az login --service-principal -u http://ci-app -p {} --tenant 72f988bf",
+    "redis-cli -h cache.internal -a {} ping",
+    "sqlcmd -S db -U sa -P {} -Q 'select 1'",
+    "ldapsearch -x -D cn=admin,dc=example,dc=com -w {} -b dc=example,dc=com",
+    "zip -P {} backup.zip data.csv",
+    "7z a -p{} backup.7z data",
+    "openssl pkcs12 -export -in c.pem -passout pass:{} -out c.p12",
+    "keytool -importcert -file ca.crt -keystore t.jks -storepass {}",
+    "deploy-tool --password {} --verbose",
+    "gh-helper --api-key {} --org acme",
+    "vault-sync --client-secret {} --tenant t",
+    "machine api.example.com login bob@example.com password {}",
+]
+
+
+def _command_secret(rng: random.Random) -> str:
+    return _signature(rng, _ALNUM + "!#%^*", 14)
+
+
+@pytest.mark.parametrize("command", _COMMANDS)
+@pytest.mark.parametrize("quote", ["", "'", '"'])
+def test_a_password_given_to_a_command_is_replaced(command: str, quote: str) -> None:
+    """Each command form, its value bare or quoted, in each placement: the value is
+    replaced and the command around it stays."""
+    secret = _command_secret(random.Random(command))
+    text = command.format(quote + secret + quote)
+    head = command.split("{}")[0]
+    for placement in _placements(text):
+        stored, rules = _redacted(Redactor(KEY), placement)
+        assert secret not in stored, (placement, stored)
+        assert head in stored or json.dumps(head)[1:-1] in stored, stored
+        assert "cli_password" in rules, rules
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mysql -u root -p shop",  # -p alone: mysql asks for the password
+        "docker run -p 8080:80 nginx",
+        "ssh -p 2222 deploy@host",
+        "mkdir -p build/out",
+        "unzip -p archive.zip notes.txt",
+        "echo $PW | docker login -u bob --password-stdin registry.example.com",
+        "deploy-tool --password $DEPLOY_PASSWORD --verbose",
+        "deploy-tool --token ${GITHUB_TOKEN}",
+        "deploy-tool --password <password>",
+        "ansible-playbook --private-key ~/.ssh/id_ed25519 site.yml",
+        "openssl rsa -passin env:KEY_PASS -in key.pem",
+        "openssl rsa -passin file:/run/secrets/pass -in key.pem",
+        "llm --max-tokens 512 --temperature 0.2",
+        "kubectl create secret generic db --from-file=./creds",
+        "pytest --pass-with-no-tests -q",
+        "curl -u http://localhost:8080/health",
+        "deploy-tool --token --verbose",
+    ],
+)
+def test_commands_that_give_no_password_stay(text: str) -> None:
+    redactor = Redactor(KEY)
+    for placement in _placements(text):
+        stored, rules = _redacted(redactor, placement)
+        assert rules == [], (placement, rules)
+        assert stored == placement
