@@ -55,6 +55,7 @@ import base64
 import binascii
 import json
 import math
+import re
 import struct
 import zlib
 from collections import Counter
@@ -467,6 +468,38 @@ def _mailchimp(value: str) -> str | None:
 def _airtable(value: str) -> str | None:
     head, _, secret = value.partition(".")
     return value if len(head) == 17 and looks_random(secret, 16) else None
+
+
+# A name in code or a file's: its letters and digits in words ("Uniform", "Random", "2024")
+# that are most of it, each word of three or more with a vowel unless in capitals (HTTP).
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+_VOWELS = frozenset("aeiouyAEIOUY")
+
+
+def _a_name(text: str) -> bool:
+    """``text`` reads as a name (``recording-2024-05-01-Team-Standup``,
+    ``UniformRandomNumberGenerator32Bit``, ``reranker_v2_base_multilingual``), not a
+    generated token: four of five of its letters and digits in words of three or more,
+    each with a vowel. A random token of 24 mixed-case letters and digits passes 1 time in
+    ~750, of 40 in ~14,000; so it is checked only where a short prefix meets words."""
+    words = _WORD.findall(text)
+    total = sum(map(len, words))
+    if not total or 5 * sum(len(w) for w in words if len(w) >= 3) < 4 * total:
+        return False
+    return all(not _VOWELS.isdisjoint(w) for w in words if len(w) >= 3 and w[-1].islower())
+
+
+def _token(prefix_length: int, alphabet_size: int = 62, classes: int = 1) -> Accept:
+    """What follows the prefix looks generated, mixes ``classes``, and is no name."""
+    generated = _after(prefix_length, alphabet_size, classes)
+    return lambda value: None if _a_name(value[prefix_length:]) else generated(value)
+
+
+def _token_field(separator: str, alphabet_size: int = 62, classes: int = 1) -> Accept:
+    """The part after the last ``separator`` looks generated, mixes ``classes``, and is
+    no name."""
+    generated = _last_field(separator, alphabet_size, classes)
+    return lambda value: None if _a_name(value.rsplit(separator, 1)[-1]) else generated(value)
 
 
 def _mixed(value: str) -> str | None:
@@ -994,7 +1027,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     Detector("stripe_webhook_secret", r"\bwhsec_[A-Za-z0-9+/]{30,}={0,2}", _after(6, 64, 2)),
     # --- more prefix-distinctive formats (trufflehog's detectors without a keyword) -------
     Detector(  # ory_pat_/ory_at_/ory_rt_/ory_apikey_ (Ory Network)
-        "ory_token", r"\bory_(?:pat|at|rt|ac|apikey)_[A-Za-z0-9]{28,}\b", _last_field("_", 62, 2)
+        "ory_token", r"\bory_(?:pat|at|rt|ac|apikey)_[A-Za-z0-9]{28,}\b", _token_field("_", 62, 2)
     ),
     # access-<environment>-<uuid> (gl, th plaid): the environment makes the prefix.
     Detector(
@@ -1014,18 +1047,18 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector("apify_token", r"\bapify_api_[A-Za-z0-9]{34,40}\b", _after(10, 62, 2)),  # th
     Detector(  # Bitbucket Data Center HTTP access tokens (th atlassiandatacenter)
-        "bitbucket_dc_token", r"\bBBDC-[A-Za-z0-9+/@_-]{40,50}", _after(5, 64, 2)
+        "bitbucket_dc_token", r"\bBBDC-[A-Za-z0-9+/@_-]{40,50}", _token(5, 64, 2)
     ),
     Detector("bannerbear_key", r"\bbb_(?:pr|ma)_[a-f0-9]{28,34}\b", _after(6, 16)),  # th
     Detector("endorlabs_key", r"\bendr\+[A-Za-z0-9-]{14,20}\b", _after(5, 62, 2)),  # th
     Detector("fleetbase_key", r"\bflb_live_[A-Za-z0-9]{18,24}\b", _after(9, 62, 2)),  # th
-    Detector("flexport_key", r"\bshltm_[A-Za-z0-9_-]{38,44}", _after(6, 64, 2)),  # th
+    Detector("flexport_key", r"\bshltm_[A-Za-z0-9_-]{38,44}", _token(6, 64, 2)),  # th
     Detector(  # na1.<100 base64> (th fullstory v2)
         "fullstory_key", r"\bna1\.[A-Za-z0-9+/]{98,104}={0,2}", _after(4, 64, 2)
     ),
     # live_<40> (th gocardless); "live_" is a word in names, so the body mixes cases and
     # digits ("live_stream_configuration_for_the_app" is a name).
-    Detector("gocardless_token", r"\blive_[A-Za-z0-9_-]{38,44}", _after(5, 64, 3)),
+    Detector("gocardless_token", r"\blive_[A-Za-z0-9_-]{38,44}", _token(5, 64, 3)),
     # pk_<34 hex> private keys, pk_<6>_<34 hex> (th klaviyo): not 32 or 40 (digests).
     Detector(
         "klaviyo_key",
@@ -1033,7 +1066,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         _last_field("_", 16),
     ),
     Detector("locationiq_token", r"\bpk\.[a-f0-9]{30,36}\b", _after(3, 16)),  # th locationiq
-    Detector("nightfall_key", r"\bNF-[A-Za-z0-9]{30,36}\b", _after(3, 62, 2)),  # th
+    Detector("nightfall_key", r"\bNF-[A-Za-z0-9]{30,36}\b", _token(3, 62, 3)),  # th
     Detector(  # th pagarme
         "pagarme_key", r"\bak_(?:live|test)_[A-Za-z0-9]{28,34}\b", _after(8, 62, 2)
     ),
@@ -1051,7 +1084,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector("rootly_key", r"\brootly_[a-f0-9]{62,68}\b", _after(7, 16)),  # th
     Detector(  # th saladcloudapikey
-        "saladcloud_key", r"\bsalad_cloud_[A-Za-z0-9]{1,7}_[A-Za-z0-9]{20,}", _last_field("_")
+        "saladcloud_key", r"\bsalad_cloud_[A-Za-z0-9]{1,7}_[A-Za-z0-9]{20,}", _token_field("_")
     ),
     # 3MVG9<80+> connected-app consumer keys, 5AEP861<80+> refresh tokens, <org id>!<token>
     # access tokens (th salesforceoauth2, salesforcerefreshtoken, salesforce).
@@ -1079,7 +1112,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"\bthog-(?:key-[0-9a-f]{14,20}|secret-[0-9a-f]{30,36})\b",
         _last_field("-", 16),
     ),
-    Detector("typeform_token", r"\btfp_[A-Za-z0-9_.=-]{40,63}", _after(4, 64, 2)),  # gl, th
+    Detector("typeform_token", r"\btfp_[A-Za-z0-9_.=-]{40,63}", _token(4, 64, 2)),  # gl, th
     Detector("ubidots_token", r"\bBBFF-[A-Za-z0-9]{28,34}\b", _after(5, 62, 2)),  # th
     Detector(  # th voiceflow
         "voiceflow_key",
@@ -1137,15 +1170,15 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     # (32, 40, 56, 64) falls in.
     Detector("elevenlabs_key", r"\bsk_[a-f0-9]{46,52}\b", _after(3, 16)),
     # Keys of agent tooling and model hosts, each prefix documented by its provider.
-    Detector("fireworks_key", r"\bfw_[A-Za-z0-9]{22,28}\b", _after(3, 62, 3)),
+    Detector("fireworks_key", r"\bfw_[A-Za-z0-9]{22,28}\b", _token(3, 62, 3)),
     Detector("cerebras_key", r"\bcsk-[a-z0-9]{46,52}\b", _after(4, 36, 2)),
-    Detector("jina_key", r"\bjina_[A-Za-z0-9_-]{40,72}", _after(5, 64, 2)),
+    Detector("jina_key", r"\bjina_[A-Za-z0-9_-]{40,72}", _token(5, 64, 2)),
     Detector("firecrawl_key", r"\bfc-[a-f0-9]{30,36}\b", _after(3, 16)),
     Detector("e2b_key", r"\be2b_[a-f0-9]{38,44}\b", _after(4, 16)),
-    Detector("voyage_key", r"\bpa-[A-Za-z0-9_-]{41,47}", _after(3, 64, 3)),
+    Detector("voyage_key", r"\bpa-[A-Za-z0-9_-]{41,47}", _token(3, 64, 3)),
     Detector(  # re_<8>_<24> (Resend)
-        "resend_key", r"\bre_[A-Za-z0-9]{6,10}_[A-Za-z0-9]{22,28}\b", _after(3, 62, 3)
+        "resend_key", r"\bre_[A-Za-z0-9]{6,10}_[A-Za-z0-9]{22,28}\b", _token(3, 62, 3)
     ),
-    Detector("render_key", r"\brnd_[A-Za-z0-9]{26,34}\b", _after(4, 62, 3)),
+    Detector("render_key", r"\brnd_[A-Za-z0-9]{26,34}\b", _token(4, 62, 3)),
     Detector("neon_key", r"\bnapi_[a-z0-9]{60,68}\b", _after(5, 36, 2)),
 )

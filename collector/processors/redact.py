@@ -97,9 +97,8 @@ _MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
 # one holds ~4 MB once used and takes ~35 ms to compile.
 _MAX_WITHOUT = 32
 _LOOK_PAST = 1024  # bytes past a turned-down span its second look may read (_within)
-# ... past a base64 run that is no blob (a path): they are frequent, so a shorter look, which
-# still finds every pattern's shortest match (the longest minimum, a Facebook token's, ~110).
-_RUN_LOOK_PAST = 256
+_MAX_PATH_RUN = 1024  # a base64 run longer than this is no path (_path_words)
+_MIN_PART = 8  # a path's part before another shorter than this holds no token (_path_words)
 _CLOSERS = b" \t\"'\\<>)]}"  # what may follow a value inside its match and close it
 _MEASURE = 8  # one span in this many is timed on the engine in use
 _BURST = 24  # consecutive spans the other engine gets when it is measured
@@ -945,15 +944,16 @@ class Redactor:
                 elif resume < match.end():
                     matches = _paired(matcher, view, resume)
             elif replaced == cursor and rule == "base64_blob":
-                # A run of base64 characters that is no blob (a URL's or a file's path,
-                # "/api/sessions/eyJ...", ".../pkg/AKIA...") took the span in which a
-                # secret begins after one of its "/" or "+": the other detectors look there
-                # (a run without either holds no word start where one could begin).
-                inner = _separator_in(view, match.start() + 1, match.end())
-                others = self._others(used, rule) if inner >= 0 else None
+                # A run of base64 characters that is no blob may be a path (a URL's, a
+                # file's: "/api/sessions/eyJ...", ".../pkg/AKIA...") that took the span in
+                # which a secret begins after one of its "/": the other detectors are
+                # matched at the start of each part (_path_words), to the secret's whole
+                # length, however far past the run it goes (a JWT of 2 KB).
+                words = _path_words(view, match.start(), match.end())
+                others = self._others(used, rule) if words else None
                 if others is not None:
                     matches = itertools.chain(
-                        _within(others, view, inner, match.end(), _RUN_LOOK_PAST),
+                        _at(others, view, words, match.end()),
                         _paired(matcher, view, match.end()),
                     )
             elif cursor < replaced < match.end() and view[replaced : match.end()].strip(_CLOSERS):
@@ -1247,9 +1247,7 @@ def _paired(matcher: _Matcher, view: bytes, start: int) -> Iterator[tuple[Any, _
     return ((match, matcher) for match in matcher.data.finditer(view, start))
 
 
-def _within(
-    matcher: _Matcher, view: bytes, start: int, end: int, look_past: int = _LOOK_PAST
-) -> Iterator[tuple[Any, _Matcher]]:
+def _within(matcher: _Matcher, view: bytes, start: int, end: int) -> Iterator[tuple[Any, _Matcher]]:
     """``matcher``'s matches in ``view`` that start in ``[start, end)``, each with the
     matcher, each as long as the whole text makes it. Each search stops ``_LOOK_PAST``
     bytes after ``end``: one running on to the next match anywhere after would make text
@@ -1258,7 +1256,7 @@ def _within(
     search, anchored = matcher.data.search, matcher.data.match
     # (a little past the end, so that a match that starts inside and needs more text to
     # match at all is found: a token run on from a turned-down one)
-    endpos = min(len(view), end + look_past)
+    endpos = min(len(view), end + _LOOK_PAST)
     while start < end and (bounded := search(view, start, endpos)) is not None:
         if bounded.start() >= end:
             return
@@ -1270,10 +1268,62 @@ def _within(
         start = max(whole.end(), whole.start() + 1)
 
 
-def _separator_in(view: bytes, start: int, end: int) -> int:
-    """The first "/" or "+" in ``view[start:end]`` (-1: none)."""
-    slash, plus = view.find(b"/", start, end), view.find(b"+", start, end)
-    return slash if plus < 0 or 0 <= slash < plus else plus
+def _path_words(view: bytes, start: int, end: int) -> list[int]:
+    """Where a part begins after a separator of the base64 run ``view[start:end]`` when the
+    run may be a path: after each "/" (a path's parts), or else after each "+" (a query's
+    words). None when it is longer than any path or follows "base64," or "base64:": that is
+    base64, whose random letters between two separators a detector would take for a token
+    ("/AAAAAAAAAAAAAAAAAAAA…" of zero bytes, "+ATBB…"); ``_at`` keeps, in a run with a "/",
+    only what ends at a "/" or at the run's end or past it."""
+    run = view[start:end]
+    if len(run) > _MAX_PATH_RUN or run.startswith(b"base64:"):
+        return []
+    if view[max(0, start - 7) : start].lower() == b"base64,":
+        return []
+    separator = b"/" if b"/" in run else b"+"
+    cuts = []
+    index = run.find(separator)
+    while index >= 0:
+        cuts.append(index)
+        index = run.find(separator, index + 1)
+    cuts.append(len(run))
+    words = []
+    for k, index in enumerate(cuts[:-1]):
+        # A part long enough for a token, or the last, which may run on past the run (an
+        # address, a JWT), or digits before a long part (Asana's "1/<16 digits>:…"):
+        # "/a/b/c/…" costs a match per run, not one per part.
+        if (
+            cuts[k + 1] - index > _MIN_PART
+            or k + 2 == len(cuts)
+            or (cuts[k + 2] - cuts[k + 1] > _MIN_PART and run[index + 1 : cuts[k + 1]].isdigit())
+        ) and run[index + 1 : index + 2] not in (b"", b"/", b"+"):
+            words.append(start + index + 1)
+    return words
+
+
+def _at(
+    matcher: _Matcher, view: bytes, starts: list[int], run_end: int
+) -> Iterator[tuple[Any, _Matcher]]:
+    """``matcher``'s matches anchored at each of ``starts`` (parts of the run that ends at
+    ``run_end``, in order, or the separators before them), each with the matcher; a start
+    inside a match found is skipped.
+    When the parts follow "/", a match must end where its part does (at a "/") or at the
+    run's end or past it: one that ends at a "+" inside the run is letters of base64."""
+    anchored = matcher.data.match
+    path = view[starts[0] - 1] == 0x2F if starts else False
+    found_end = -1
+    for start in starts:
+        if start < found_end:
+            continue
+        # (from the separator too: a pattern may open with the character before its value)
+        found = anchored(view, start - 1) or anchored(view, start)
+        if found is None:
+            continue
+        end = found.end()
+        if path and end < run_end and view[end] != 0x2F:
+            continue
+        yield found, matcher
+        found_end = end
 
 
 def _recallable(text: str) -> bool:

@@ -215,6 +215,32 @@ def _generated(value: str) -> bool:
     return sum(any(kind(c) for c in text) for kind in kinds) >= 2
 
 
+def _signature_value(value: str) -> bool:
+    """A signature or a code looks generated, percent-decoded; base64 may open with "/"
+    ("sig=/Sz5…", no path: one "/" only)."""
+    decoded = urllib.parse.unquote(value)
+    if decoded.startswith("/") and decoded.count("/") == 1:
+        decoded = decoded[1:]
+    return _generated(decoded)
+
+
+_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _token_value(value: str) -> bool:
+    """A token key's value holds a letter; a "%" in it is an escape ("%2F"), not a format
+    ("session_id=%s", "token=%08d", "%GHTOKEN%") nor a placeholder escaped ("%7B%7Btoken%7D%7D",
+    "%3Ctoken%3E")."""
+    if not any(c.isalpha() for c in value):
+        return False
+    if "%" not in value:
+        return True
+    if _PERCENT.search(value):
+        return False
+    decoded = urllib.parse.unquote(value)
+    return not decoded.startswith(("{", "<", "$")) and all(c >= " " for c in decoded)
+
+
 def _command_secret(value: str) -> bool:
     """A flag's value is a secret given on the command line: not a template or a path, and
     not where a file or the environment holds it (openssl's "env:", "file:")."""
@@ -528,7 +554,7 @@ DETECTORS: tuple[Detector, ...] = (
         # A ":" inside: "<bot id>:<secret>" (Telegram), "<client id>:<secret>".
         # Percent-encoded in a query string ("X-Amz-Security-Token=IQoJ...%2F%2F...").
         r"(?P<key_value_token__value>[A-Za-z0-9._~+/=%-][A-Za-z0-9._~+/=:%-]{7,})",
-        _whole(lambda value: any(c.isalpha() for c in value)),
+        _whole(_token_value),
     ),
     # A signed URL's signature and an OAuth redirect's code, as query parameters: the URL
     # grants what its signer or the user did until it expires (S3's and GCS's presigned
@@ -536,9 +562,9 @@ DETECTORS: tuple[Detector, ...] = (
     # of the URL stays. A value that looks generated (not "code=US", "code=print_hello").
     Detector(
         "url_signature",
-        r"(?i:(?:^|[?&\x00]|&amp;)(?:x-amz-signature|x-goog-signature|signature|sig|code)=)"
+        r"(?i:(?:^|[?&#;\x00]|&amp;)(?:x-amz-signature|x-goog-signature|signature|sig|code)=)"
         r"(?P<url_signature__value>[A-Za-z0-9._~+/=%-]{16,})",
-        lambda value: value if _generated(urllib.parse.unquote(value)) else None,
+        _whole(_signature_value),
     ),
     # "session=<id>", "x_auth: <token>" (as attribute keys, _KEY_ENDS): "session" and "auth"
     # are words and variables too ("auth: required", "session = boto3.Session()"), so the
