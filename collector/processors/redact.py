@@ -59,10 +59,12 @@ from collector.processors.rules import (
     RedactionConfig,
     card_groups,
     card_layout,
+    command_secret,
     generated_value,
     is_sensitive_key,
     key_hints,
     names_a_generated_key,
+    names_a_secret_flag,
     value_in_text,
 )
 
@@ -97,6 +99,7 @@ _MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
 # one holds ~4 MB once used and takes ~35 ms to compile.
 _MAX_WITHOUT = 32
 _LOOK_PAST = 1024  # bytes past a turned-down span its second look may read (_within)
+_LOOK_BUDGET = 4  # times a text's length its second looks may read in all (_scan_text)
 _MAX_PATH_RUN = 1024  # a base64 run longer than this is no path (_path_words)
 _MIN_PART = 8  # a path's part before another shorter than this holds no token (_path_words)
 _CLOSERS = b" \t\"'\\<>)]}"  # what may follow a value inside its match and close it
@@ -783,10 +786,27 @@ class Redactor:
                 # other ("Set-Cookie: sid=..." names a sensitive key and holds secrets too).
                 name = self._walk(node[0], f"{path}[0]", fired, depth + 1)
                 return [name, self._replace_json(node[1], f"{path}[1]", fired)]
-            return [
-                self._walk(value, f"{path}[{index}]", fired, depth + 1)
-                for index, value in enumerate(node)
-            ]
+            out_list: list[Any] = []
+            after_flag = False
+            for index, value in enumerate(node):
+                where = f"{path}[{index}]"
+                if after_flag and isinstance(value, str) and not _IS_PSEUDONYM(value):
+                    # An argument list (a command as a tool call sends it): the argument
+                    # after "--password", "--api-key"... is replaced, as in the text rule.
+                    label, secret = self._known_secret("cli_password", value)
+                    confidence = self._confidence(label, secret)
+                    self._count(fired, f"{where}:cli_password{confidence}", "cli_password")
+                    out_list.append(self.pseudonym(label, secret))
+                else:
+                    out_list.append(self._walk(value, where, fired, depth + 1))
+                after_flag = (
+                    isinstance(value, str)
+                    and names_a_secret_flag(value)
+                    and index + 1 < len(node)
+                    and isinstance(node[index + 1], str)
+                    and command_secret(node[index + 1])
+                )
+            return out_list
         number = node
         if isinstance(node, float):
             if not _written_alike(node):
@@ -911,6 +931,9 @@ class Redactor:
         pieces: list[bytes] = []
         cursor = 0
         matches = _paired(matcher, view, 0)
+        # What the second looks at turned-down spans may read, in all: text dense with them
+        # ("--token ./p " x 18,000) costs a few times its length, not its length for each.
+        looked, budget = 0, _LOOK_BUDGET * len(view) + 4 * _LOOK_PAST
         while (item := next(matches, None)) is not None:
             match, used = item  # (used: the matcher that found it, for its group table)
             # lastindex is the rule's own group (it closes after any inner value group);
@@ -936,7 +959,8 @@ class Redactor:
                 # where the next pair's key begins: "&api_key=...").
                 others = self._others(used, rule)
                 resume = _value_end(match, used, rule)
-                if others is not None:
+                if others is not None and looked < budget:
+                    looked += resume - match.start() + _LOOK_PAST
                     matches = itertools.chain(
                         _within(others, view, match.start(), resume),
                         _paired(matcher, view, resume),

@@ -241,13 +241,70 @@ def _token_value(value: str) -> bool:
     return not decoded.startswith(("{", "<", "$")) and all(c >= " " for c in decoded)
 
 
+# The words a flag's name may hold before the secret's word ("--db-password", "--bind-pw").
+_FLAG_FOR = (
+    r"(?:db|database|admin|root|user|api|auth|access|bearer|app|master|sftp|ftp|http|https|"
+    r"proxy|registry|docker|git|github|gitlab|npm|pypi|s3|aws|azure|account|service|store|"
+    r"src|dest|srcstore|deststore|vault|redis|mysql|postgres|pg|smtp|mail|ldap|bind|become|"
+    r"ssh|sudo|login|personal|refresh|id|session|oauth|slack|telegram|discord|openai|hf|"
+    r"new|old|current|key|private|storage|hub|cloud|deploy|ci|bot|webhook|signing|encryption)"
+)
+# A flag's argument named in help or prose, or a type: "--token TOKEN", "--password string",
+# "use the --token flag".
+_NOT_A_VALUE = frozenset(
+    {
+        "flag", "flags", "option", "options", "argument", "arg", "parameter", "param",
+        "switch", "value", "string", "str", "text", "int", "integer", "file", "path",
+        "when", "and", "or", "is", "are", "with", "for", "in", "on", "of", "the", "as",
+        "explicitly", "instead", "only", "too", "also", "here", "below", "above", "null",
+        "none", "true", "false", "nil", "required", "optional", "must", "can", "will",
+    }
+)  # fmt: skip
+_METAVAR = re.compile(r"[A-Z][A-Z_]*")  # TOKEN, API_KEY, PASSWORD
+_PAIR_START = re.compile(r"[A-Za-z_]+=[^=]")
+_FILE_NAME = re.compile(
+    r"[\w.-]+\.(?:ya?ml|json|txt|pem|key|crt|cer|cfg|conf|ini|env|p12|pfx|jks|csv|log|gpg|asc|ovpn)"
+    r"|id_(?:rsa|ed25519|ecdsa|dsa)(?:\.pub)?",
+    re.IGNORECASE,
+)
+
+
 def _command_secret(value: str) -> bool:
-    """A flag's value is a secret given on the command line: not a template or a path, and
-    not where a file or the environment holds it (openssl's "env:", "file:")."""
+    """A flag's value is a secret given on the command line: not a template, a variable, a
+    name for the argument, a file or a path, and not where a file or the environment holds
+    it (openssl's "env:", "file:", az's "@file.json")."""
     text = value.strip()
-    if len(text) < 3 or text.startswith(("{{", "%", "env:", "file:", "fd:")) or text == "stdin":
+    if len(text) < 3 or text.lower() in _NOT_A_VALUE or _METAVAR.fullmatch(text):
         return False
-    return _PATH_START.match(text) is None
+    if (
+        text.startswith(("%", "@", "\\$", "#{", "env:", "file:", "fd:", "pass:$"))
+        or text == "stdin"
+    ):
+        return False
+    if "${" in text or "{{" in text or ("{" in text and text.endswith("}")):
+        return False
+    if _PAIR_START.match(text):
+        return False  # "id=npm,src=...": BuildKit's --secret names a file, no secret
+    return _PATH_START.match(text) is None and _FILE_NAME.fullmatch(text) is None
+
+
+_SECRET_FLAG = re.compile(
+    rf"--?(?i:(?:{_FLAG_FOR}[-_]?){{0,2}}(?:password|passwd|pass|pwd|pw|token|api[-_]?key|"
+    r"passphrase|storepass|keypass|client[-_]?secret|secret[-_]?key|auth[-_]?key|"
+    r"account[-_]?key|secret[-_]?access[-_]?key|private[-_]?key))"
+)
+
+
+def names_a_secret_flag(text: str) -> bool:
+    """``text`` is a command's flag that takes a secret as the next argument ("--password",
+    "--api-key", "--authToken"): cli_password's long flags, as an argument list has them."""
+    return text[:1] == "-" and len(text) <= 48 and _SECRET_FLAG.fullmatch(text) is not None
+
+
+def command_secret(value: str) -> bool:
+    """cli_password's check: a flag's value that is a secret (no variable, placeholder,
+    file or path)."""
+    return _command_secret(value)
 
 
 def _session_like(value: str) -> bool:
@@ -485,34 +542,52 @@ DETECTORS: tuple[Detector, ...] = (
         r"(?:[^\s'\"</\x00][^\s'\"\x00]{2,}|/[^\s'\"</\x00][^\s'\"\x00]+))",
     ),
     # A password or token given to a command (a coding agent's shell, a runbook): a long
-    # flag named for one and its value after a blank ("--password hunter2", "--api-key
-    # k3y"; after "=", key_value_secret's), the commands whose short flag takes one
-    # ("mysql -pS3cret", "sshpass -p pw", "docker login -u bob -p pw", "redis-cli -a pw",
-    # "sqlcmd -P pw", "ldapsearch -w pw", "zip -P pw", "7z -ppw", openssl's "-passin
-    # pass:pw") and a .netrc line. Not a variable ("$DB_PASSWORD"), a placeholder
-    # ("<password>"), the next flag, a path ("--private-key ~/.ssh/id_rsa"), nor a name
-    # that only holds the word ("--password-stdin", "--token-file", "--max-tokens").
+    # flag named for one and its value after a blank or in an argument list ("--password
+    # hunter2", "--api-key k3y", '"--authToken", "k3y"'; after "=", key_value_secret's),
+    # the commands whose short flag or argument takes one ("mysql -pS3cret", "sshpass -p
+    # pw", "docker login -u bob -p pw", "redis-cli -a pw", "sqlcmd -P pw", "ldapsearch -w
+    # pw", "zip -P pw", "7z -ppw", openssl's "-passin pass:pw", "htpasswd -b f user pw",
+    # "aws configure set aws_secret_access_key k", "sqlplus scott/tiger@db",
+    # ConvertTo-SecureString 'pw') and a .netrc entry. A flag's name is the word, or the
+    # word after one or two words that name what it is for ("--db-password", "--bind-pw":
+    # not "--ask-become-pass", "--disabled-password", "--pad-token", "--starting-token").
+    # Not a variable or a placeholder ("$PW", "{token}", "TOKEN", "<password>"), the next
+    # flag, a file ("--private-key key.pem"), nor where a file or the environment holds it.
     Detector(
         "cli_password",
         r"(?:^|[\s'\"`(;&|\x00])(?:"
-        r"--?(?:[A-Za-z0-9]+[-_])*(?i:password|passwd|pass|pwd|token|secret|api[-_]?key|"
-        r"passphrase|storepass|keypass|client[-_]secret|secret[-_]key|auth[-_]key|"
-        r"private[-_]key)[ \t]+"
+        # (sqlplus user/password@db: to the "@")
+        r"sqlplus[ \t]+(?:-[A-Za-z]+[ \t]+)*[A-Za-z0-9_$#]+/"
+        r"(?P<cli_password__value5>[^\s'\"<$@/\x00][^\s'\"@\x00]*)|(?:"
+        r"-pass(?:in|out)?[ \t]+pass:"
+        rf"|--?(?i:(?:{_FLAG_FOR}[-_]?){{0,2}}(?:password|passwd|pass|pwd|pw|token|"
+        r"api[-_]?key|passphrase|storepass|keypass|client[-_]?secret|secret[-_]?key|"
+        r"auth[-_]?key|account[-_]?key|secret[-_]?access[-_]?key|private[-_]?key))"
+        r"(?:[ \t]+|['\"][ \t]*,[ \t]*)"
         r"|(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mariadb|mariadb-dump)"
-        r"\b[^\r\n\x00|;&]*?[ \t]-p"
+        r"[ \t](?:[^\r\n\x00|;&]*?[ \t])?-p"
         r"|sshpass[ \t]+-p[ \t]*"
-        r"|(?:docker|podman|nerdctl|buildah|skopeo|helm|oras|crane|az)[ \t][^\r\n\x00|;&]*?"
-        r"\blogin\b[^\r\n\x00|;&]*?[ \t]-p[ \t]+"
-        r"|redis-cli\b[^\r\n\x00|;&]*?[ \t]-a[ \t]+"
-        r"|(?:sqlcmd|bcp)\b[^\r\n\x00|;&]*?[ \t]-P[ \t]*"
-        r"|ldap[a-z]+\b[^\r\n\x00|;&]*?[ \t]-w[ \t]+"
-        r"|(?:zip|unzip)\b[^\r\n\x00|;&]*?[ \t]-P[ \t]+"
-        r"|7za?\b[^\r\n\x00|;&]*?[ \t]-p"
-        r"|-pass(?:in|out)?[ \t]+pass:"
-        r"|machine[ \t]+[^\s\x00]+[ \t]+login[ \t]+[^\s\x00]+[ \t]+password[ \t]+"
+        r"|(?:(?:docker|podman|nerdctl|buildah|skopeo|oras|crane|az)[ \t]+login|helm[ \t]+registry"
+        r"[ \t]+login)[ \t](?:[^\r\n\x00|;&]*?[ \t])?(?:-p|--password)[ \t]+"
+        r"|cargo[ \t]+login[ \t]+"
+        r"|redis-cli[ \t](?:[^\r\n\x00|;&]*?[ \t])?-a[ \t]+"
+        r"|(?:sqlcmd|bcp)[ \t](?:[^\r\n\x00|;&]*?[ \t])?-P[ \t]*"
+        r"|ldap[a-z]+[ \t](?:[^\r\n\x00|;&]*?[ \t])?-w[ \t]+"
+        r"|(?:zip|unzip)[ \t](?:[^\r\n\x00|;&]*?[ \t])?-P[ \t]+"
+        r"|7za?[ \t](?:[^\r\n\x00|;&]*?[ \t])?-p"
+        r"|ssh-keygen[ \t](?:[^\r\n\x00|;&]*?[ \t])?-[PN][ \t]+"
+        r"|htpasswd[ \t]+-[A-Za-z]*b[A-Za-z]*[ \t]+[^\s\x00]+[ \t]+[^\s\x00]+[ \t]+"
+        r"|doctl[ \t]+auth[ \t]+init[ \t](?:[^\r\n\x00|;&]*?[ \t])?-t[ \t]+"
+        r"|gh[ \t]+secret[ \t]+set[ \t](?:[^\r\n\x00|;&]*?[ \t])?(?:-b|--body)[ \t]+"
+        r"|aws[ \t]+configure[ \t]+set[ \t]+(?:[a-z0-9_-]+\.)?(?:aws_secret_access_key|"
+        r"aws_session_token)[ \t]+"
+        r"|ConvertTo-SecureString[ \t]+(?:-String[ \t]+)?"
+        r"|machine[ \t]+[^\s\x00]+\s+login\s+[^\s\x00]+\s+password[ \t]+"
         r")(?:'(?P<cli_password__value>[^'<$\x00][^'\x00]*)'|"
         r"\"(?P<cli_password__value2>[^\"<$\x00][^\"\x00]*)\"|"
-        r"(?P<cli_password__value3>[^\s'\"<$\x00-][^\s'\"\x00]*))",
+        # (quoted inside a JSON string: a shell's command in a tool call's arguments)
+        r"\\\"(?P<cli_password__value4>[^\"\\<$\x00][^\"\\\x00]*)\\\"|"
+        r"(?P<cli_password__value3>[^\s'\"<$(\[{`\\\x00-][^\s'\"\x00;&|)`,]*)))",
         _whole(_command_secret),
     ),
     # "password: x", "DB_PASSWORD=x", "'api_key': 'x'", '"secret":"x"', "pwd=x&" in text,
