@@ -101,7 +101,7 @@ _MAX_WITHOUT = 32
 _LOOK_PAST = 1024  # bytes past a turned-down span its second look may read (_within)
 _LOOK_BUDGET = 4  # times a text's length its second looks may read in all (_scan_text)
 _MAX_PATH_RUN = 1024  # a base64 run longer than this is no path (_path_words)
-_MIN_PART = 8  # a path's part before another shorter than this holds no token (_path_words)
+_MIN_PART = 8  # a path's part shorter than this (but the last) holds no token (_path_words)
 _CLOSERS = b" \t\"'\\<>)]}"  # what may follow a value inside its match and close it
 _MEASURE = 8  # one span in this many is timed on the engine in use
 _BURST = 24  # consecutive spans the other engine gets when it is measured
@@ -414,17 +414,20 @@ class Redactor:
             record.redactions = record.redactions + fired
 
     # --- internals -----------------------------------------------------------------------
+    def _key_kind(self, key: str) -> int:
+        """How a key's value is treated: kept (allowed), replaced (a secret's name),
+        replaced when it looks generated (``client_key``), or scanned as any text."""
+        if key in self.config.allow_keys:
+            return _ALLOWED
+        named = _named(key)
+        if is_sensitive_key(named, self._extra_keys):
+            return _SECRET
+        return _GENERATED if names_a_generated_key(named) else _SCAN
+
     def _classify_key(self, key: str) -> tuple[int, bool]:
         """How a key's value is treated, and whether the key itself holds a secret (keys
         are content: a user's e-mail, a PEM used as a key)."""
-        if key in self.config.allow_keys:
-            known = _ALLOWED
-        elif is_sensitive_key(_named(key), self._extra_keys):
-            known = _SECRET
-        elif names_a_generated_key(_named(key)):
-            known = _GENERATED
-        else:
-            known = _SCAN
+        known = self._key_kind(key)
         try:
             # Seen as the values are (_scan_slots): after "\n" in JSON text, a word starts.
             holds_secret = len(key) >= _MIN_SCAN_CHARS and self._may_hold(_escape_view(key))
@@ -856,15 +859,7 @@ class Redactor:
         if kind is None:  # every key of every document comes here: classified once per key
             if len(self._sensitive_keys) > 65_536:
                 self._sensitive_keys.clear()
-            if key in self.config.allow_keys:
-                kind = _ALLOWED
-            elif is_sensitive_key(_named(key), self._extra_keys):
-                kind = _SECRET
-            elif names_a_generated_key(_named(key)):
-                kind = _GENERATED
-            else:
-                kind = _SCAN
-            self._sensitive_keys[key] = kind
+            kind = self._sensitive_keys[key] = self._key_kind(key)
         if kind == _GENERATED:  # client_key: only a value that looks generated
             return (
                 isinstance(value, str)
@@ -1295,7 +1290,7 @@ def _within(matcher: _Matcher, view: bytes, start: int, end: int) -> Iterator[tu
 def _path_words(view: bytes, start: int, end: int) -> list[int]:
     """Where a part begins after a separator of the base64 run ``view[start:end]`` when the
     run may be a path: after each "/" (a path's parts), or else after each "+" (a query's
-    words). None when it is longer than any path or follows "base64," or "base64:": that is
+    words). None when the run is longer than any path or follows "base64," or "base64:": that is
     base64, whose random letters between two separators a detector would take for a token
     ("/AAAAAAAAAAAAAAAAAAAA…" of zero bytes, "+ATBB…"); ``_at`` keeps, in a run with a "/",
     only what ends at a "/" or at the run's end or past it."""
