@@ -26,9 +26,13 @@ __all__ = [
     "RedactionConfig",
     "card_groups",
     "card_layout",
+    "command_secret",
+    "generated_value",
     "is_sensitive_key",
     "key_hints",
     "luhn_valid",
+    "names_a_generated_key",
+    "names_a_secret_flag",
     "value_in_text",
 ]
 
@@ -269,7 +273,7 @@ _FILE_NAME = re.compile(
 )
 
 
-def _command_secret(value: str) -> bool:
+def command_secret(value: str) -> bool:
     """A flag's value is a secret given on the command line: not a template, a variable, a
     name for the argument, a file or a path, and not where a file or the environment holds
     it (openssl's "env:", "file:", az's "@file.json")."""
@@ -288,23 +292,19 @@ def _command_secret(value: str) -> bool:
     return _PATH_START.match(text) is None and _FILE_NAME.fullmatch(text) is None
 
 
-_SECRET_FLAG = re.compile(
+# A long flag that takes a secret (cli_password's, and an argument list's in the walk).
+_SECRET_FLAG_NAME = (
     rf"--?(?i:(?:{_FLAG_FOR}[-_]?){{0,2}}(?:password|passwd|pass|pwd|pw|token|api[-_]?key|"
     r"passphrase|storepass|keypass|client[-_]?secret|secret[-_]?key|auth[-_]?key|"
     r"account[-_]?key|secret[-_]?access[-_]?key|private[-_]?key))"
 )
+_SECRET_FLAG = re.compile(_SECRET_FLAG_NAME)
 
 
 def names_a_secret_flag(text: str) -> bool:
     """``text`` is a command's flag that takes a secret as the next argument ("--password",
     "--api-key", "--authToken"): cli_password's long flags, as an argument list has them."""
     return text[:1] == "-" and len(text) <= 48 and _SECRET_FLAG.fullmatch(text) is not None
-
-
-def command_secret(value: str) -> bool:
-    """cli_password's check: a flag's value that is a secret (no variable, placeholder,
-    file or path)."""
-    return _command_secret(value)
 
 
 def _session_like(value: str) -> bool:
@@ -560,9 +560,7 @@ DETECTORS: tuple[Detector, ...] = (
         r"sqlplus[ \t]+(?:-[A-Za-z]+[ \t]+)*[A-Za-z0-9_$#]+/"
         r"(?P<cli_password__value5>[^\s'\"<$@/\x00][^\s'\"@\x00]*)|(?:"
         r"-pass(?:in|out)?[ \t]+pass:"
-        rf"|--?(?i:(?:{_FLAG_FOR}[-_]?){{0,2}}(?:password|passwd|pass|pwd|pw|token|"
-        r"api[-_]?key|passphrase|storepass|keypass|client[-_]?secret|secret[-_]?key|"
-        r"auth[-_]?key|account[-_]?key|secret[-_]?access[-_]?key|private[-_]?key))"
+        rf"|{_SECRET_FLAG_NAME}"
         r"(?:[ \t]+|['\"][ \t]*,[ \t]*)"
         r"|(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlcheck|mysqlshow|mariadb|mariadb-dump)"
         r"[ \t](?:[^\r\n\x00|;&]*?[ \t])?-p"
@@ -588,7 +586,7 @@ DETECTORS: tuple[Detector, ...] = (
         # (quoted inside a JSON string: a shell's command in a tool call's arguments)
         r"\\\"(?P<cli_password__value4>[^\"\\<$\x00][^\"\\\x00]*)\\\"|"
         r"(?P<cli_password__value3>[^\s'\"<$(\[{`\\\x00-][^\s'\"\x00;&|)`,]*)))",
-        _whole(_command_secret),
+        _whole(command_secret),
     ),
     # "password: x", "DB_PASSWORD=x", "'api_key': 'x'", '"secret":"x"', "pwd=x&" in text,
     # logs, env dumps, reprs, query strings, YAML or broken JSON; the whole value is replaced:
