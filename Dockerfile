@@ -25,6 +25,20 @@ COPY replay_worker replay_worker
 # dependency at its version in constraints.txt (`make lock`), so two builds of one commit
 # get the same; as PIP_CONSTRAINT it binds the build backend too (docs/building.md).
 RUN PIP_CONSTRAINT=/src/constraints.txt pip wheel --wheel-dir /wheels ./exporter .
+# The ingest modules compiled with mypyc for this image's Python (ADR 52): the wheels
+# installed in a throwaway environment with gcc and the pinned mypy, compiled from the same
+# sources into /native, which the runtime stage copies into the installed package. A build
+# that cannot be made (it says why) leaves /native empty: the modules then run from source.
+COPY scripts/build_native.py scripts/
+RUN ( apt-get update -qq \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+           gcc libc6-dev \
+      && python -m venv /buildenv \
+      && /buildenv/bin/pip install --no-index --find-links /wheels afr-server \
+      && PIP_CONSTRAINT=/src/constraints.txt /buildenv/bin/pip install mypy setuptools \
+      && /buildenv/bin/python scripts/build_native.py --dir /native ) \
+    || echo "no compiled ingest modules: the image runs them from source" ; \
+    mkdir -p /native
 
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -35,7 +49,9 @@ RUN groupadd --system --gid 10001 afr \
 # The directories below are the volumes' mount points: a new named volume takes their owner
 # and mode, so the non-root user can write its data and secrets there.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    --mount=type=bind,from=build,source=/native,target=/native \
     pip install --no-cache-dir --no-index --find-links /wheels afr-server \
+ && cp -r /native "$(python -c 'import collector, os; print(os.path.dirname(collector.__file__))')/_native" \
  && mkdir -p /var/lib/afr/collector /var/lib/afr/worker /var/lib/afr/clickhouse-users \
       /run/afr-secrets \
  && chown -R afr:afr /var/lib/afr /run/afr-secrets \

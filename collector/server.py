@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from collector import native
 from collector.api.failures import FailuresApi
 from collector.api.openapi import OPENAPI
 from collector.api.runs import RunsApi
@@ -239,6 +240,7 @@ class Collector:
 
     async def start(self) -> None:
         await asyncio.to_thread(self.pipeline.warm_up)
+        logger.info("ingest modules: %s", native.status())  # compiled, or why not (ADR 52)
         self.recovered_rows = self.wal.open()
         if self.recovered_rows:
             logger.info(

@@ -334,7 +334,7 @@ def unanchored(pattern: str, also: tuple[str, ...] = ()) -> str:
         char = pattern[index]
         if char == "\\":
             pair = pattern[index : index + 2]
-            out.append("(?:)" if pair in ("\\A", "\\z", *also) else pair)
+            out.append("(?:)" if pair in ("\\A", "\\z") or pair in also else pair)
             index += 2
         elif char == "[":
             end = index + 1

@@ -75,7 +75,7 @@ __all__ = ["BUILTIN_DETECTORS", "FAILED_SENTINEL", "Redactor", "RedactorStats"]
 # otherwise hide the credential.
 BUILTIN_DETECTORS: tuple[Detector, ...] = (
     *PROVIDER_DETECTORS,
-    *(d for d in DETECTORS if d.name not in REPLACED_RULES),
+    *[d for d in DETECTORS if d.name not in REPLACED_RULES],
 )
 
 logger = logging.getLogger("afr.collector.redact")
@@ -287,7 +287,7 @@ class Redactor:
             # patterns); a string inside a string inside JSON (\\\" or \\\\) is selected
             # so that it is decoded and matched exactly, as the loosened providers select it
             # for RE2.
-            patterns = [_PSEUDONYM, *(d.pattern for d in detectors), _BASE64_BLOB]
+            patterns = [_PSEUDONYM, *[d.pattern for d in detectors], _BASE64_BLOB]
             matched = len(patterns)  # what ids() reports; the rest only select segments
             patterns += [json_key, json_escape, json_pair, percent, _NESTED_JSON_STRING]
             selection: dict[str, Any] = {
@@ -1263,7 +1263,8 @@ def _value_end(match: Any, matcher: _Matcher, rule: str) -> int:
 
 def _paired(matcher: _Matcher, view: bytes, start: int) -> Iterator[tuple[Any, _Matcher]]:
     """``matcher``'s matches in ``view`` from ``start``, each with the matcher."""
-    return ((match, matcher) for match in matcher.data.finditer(view, start))
+    for match in matcher.data.finditer(view, start):
+        yield match, matcher
 
 
 def _within(matcher: _Matcher, view: bytes, start: int, end: int) -> Iterator[tuple[Any, _Matcher]]:
@@ -1611,7 +1612,7 @@ def _block_end(data: bytes, key_start: int, value_start: int, value_end: int) ->
 _NUMBER_RULES = frozenset({"phone", "credit_card", "iban", "us_ssn"})
 # A UUID's dash may be one beyond ASCII (rules.WIDE_DASHES: text through a word processor),
 # as a number's may: 36 characters, up to 44 bytes.
-_UUID_DASH = b"(?:" + b"|".join(re.escape(c.encode()) for c in "-" + WIDE_DASHES) + b")"
+_UUID_DASH = b"(?:" + b"|".join([re.escape(c.encode()) for c in "-" + WIDE_DASHES]) + b")"
 _UUID = re.compile(
     rb"[0-9A-Fa-f]{8}%(d)s[0-9A-Fa-f]{4}%(d)s[0-9A-Fa-f]{4}%(d)s[0-9A-Fa-f]{4}%(d)s[0-9A-Fa-f]{12}"
     % {b"d": _UUID_DASH}
@@ -1640,7 +1641,7 @@ _HEX_DIGIT = frozenset(bytes([c]) for c in b"0123456789abcdefABCDEF")
 # (the no-break space too) and separators beyond ASCII (rules.WIDE_SEPARATOR: a thin space,
 # an en dash), which join two numbers into one match as a blank does.
 _SPLIT = re.compile(
-    b"(?:" + b"|".join(re.escape(c.encode()) for c in " \u00a0" + WIDE_SEPARATORS) + b")+"
+    b"(?:" + b"|".join([re.escape(c.encode()) for c in " \u00a0" + WIDE_SEPARATORS]) + b")+"
 )
 
 

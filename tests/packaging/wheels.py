@@ -119,11 +119,20 @@ def build_wheels(workdir: Path) -> Wheels:
 
 
 def package_files(root: Path, packages: Iterable[str]) -> set[str]:
-    """Every file of ``packages`` under ``root`` as a wheel names it (caches left out)."""
+    """Every file of ``packages`` under ``root`` as a wheel names it (caches left out, and
+    the local build of the compiled modules, ``collector/_native``: the image builds its own,
+    ADR 52)."""
     found: set[str] = set()
     for package in packages:
         for path in (root / package).rglob("*"):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            parts = path.relative_to(root).parts
+            built = any(part == "_native" or part.startswith(".native-") for part in parts)
+            if (
+                path.is_file()
+                and "__pycache__" not in parts
+                and path.suffix != ".pyc"
+                and not built
+            ):
                 found.add(path.relative_to(root).as_posix())
     return found
 

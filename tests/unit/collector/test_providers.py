@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from collector.model import SpanRecord
 from collector.processors import prefilter
-from collector.processors import redact as redact_module
 from collector.processors.providers import (
     PROVIDER_DETECTORS,
     REPLACED_RULES,
@@ -412,15 +411,9 @@ def test_random_strings_look_random(seed: int, length: int) -> None:
 
 # --- through the redactor ---------------------------------------------------------------------
 def _redactor() -> Redactor:
-    """A Redactor with the provider detectors first and the rules they replace dropped
-    (RedactionConfig.disabled_rules would drop both, as they share names; extra_detectors
-    come last, where rejected generic matches would hide some tokens)."""
-    patched = pytest.MonkeyPatch()
-    patched.setattr(redact_module, "DETECTORS", ALL)
-    try:
-        return Redactor(b"unit-test-key", RedactionConfig())
-    finally:
-        patched.undo()
+    """A Redactor as the collector builds it: the provider detectors first, the rules they
+    replace dropped (``BUILTIN_DETECTORS``)."""
+    return Redactor(b"unit-test-key", RedactionConfig())
 
 
 def _span(note: str, body: str) -> SpanRecord:

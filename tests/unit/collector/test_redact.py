@@ -54,6 +54,7 @@ from tests.secret_corpus import (
     gen_url_credentials,
     gen_us_ssn,
 )
+from tests.source_modules import source_module
 
 KEY = b"unit-test-redaction-key"
 
@@ -596,7 +597,7 @@ def _trace_span(trace_id: str, note: str = "refund the order") -> SpanRecord:
     return record
 
 
-def _texts_passed_to(redactor: Redactor, method: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def _texts_passed_to(redactor: Any, method: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The texts the redactor's real ``method`` is called with from now on, in order."""
     texts: list[str] = []
     real = getattr(redactor, method)
@@ -612,7 +613,7 @@ def _texts_passed_to(redactor: Redactor, method: str, monkeypatch: pytest.Monkey
 def test_a_value_seen_clean_is_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """An SDK trace id (``trace_`` and 32 hex digits: a run the base64 selection looks at)
     rides on every span of a trace: it is looked at once, and stored as it came."""
-    redactor = Redactor(KEY)
+    redactor = source_module("collector.processors.redact").Redactor(KEY)
     trace_id = "trace_" + "5a67036f9b540d6b" * 2
     scanned = _texts_passed_to(redactor, "_redact_value", monkeypatch)
     spans = [_trace_span(trace_id) for _ in range(9)]
@@ -748,10 +749,11 @@ def test_a_text_seen_before_is_stored_labelled_and_counted_as_the_first_time(
     paths) and the counts are what redacting it again gives."""
     records = _agent_records(dialect, seed=4)
     recalled = copy.deepcopy(records)
-    redactor = Redactor(KEY)
+    source = source_module("collector.processors.redact")
+    redactor = source.Redactor(KEY)
     redactor(recalled)
-    monkeypatch.setattr(redact_module, "_RECALL_MIN_CHARS", 10**9)  # nothing is recalled
-    fresh = Redactor(KEY)
+    monkeypatch.setattr(source, "_RECALL_MIN_CHARS", 10**9)  # nothing is recalled
+    fresh = source.Redactor(KEY)
     fresh(records)
     assert [dataclasses.asdict(r) for r in recalled] == [dataclasses.asdict(r) for r in records]
     assert redactor.stats == fresh.stats
@@ -777,7 +779,7 @@ def test_a_message_resent_in_each_model_call_is_redacted_once(
                 }
             )
         )
-    redactor = Redactor(KEY)
+    redactor = source_module("collector.processors.redact").Redactor(KEY)
     scanned = _texts_passed_to(redactor, "_redact_text", monkeypatch)
     redactor(spans)
     assert scanned.count(message) == 1
@@ -1350,7 +1352,8 @@ def test_a_number_turned_down_costs_a_look_at_the_number_alone(
     characters, and ``1111111111111111+`` repeated (a "phone" turned down every 17 bytes)
     took 6 s for 64 KB. Every look is a match of a few dozen bytes at most."""
     looks: list[int] = []
-    built = redact_module._matcher
+    source = source_module("collector.processors.redact")
+    built = source._matcher
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         matcher = built(*args, **kwargs)
@@ -1367,8 +1370,8 @@ def test_a_number_turned_down_costs_a_look_at_the_number_alone(
 
         return dataclasses.replace(matcher, data=Data())
 
-    redactor = Redactor(KEY)
-    monkeypatch.setattr(redact_module, "_matcher", counting)  # the matchers built from now
+    redactor = source.Redactor(KEY)
+    monkeypatch.setattr(source, "_matcher", counting)  # the matchers built from now
     text = "1111111111111111+" * 1000
     record = span(span_attributes={"note": text})
     redactor([record])

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from collector.processors import redact as redact_module
 from collector.processors.redact import Redactor
 from tests.records import span_record
 from tests.secret_corpus import (
@@ -31,12 +30,13 @@ from tests.secret_corpus import (
     gen_openai_key,
 )
 from tests.secretgen import PROVIDER_GENERATORS, secret_part
+from tests.source_modules import source_module
 
 KEY = b"unit-test-paths-key"
 _ALNUM = string.ascii_letters + string.digits
 
 
-def _redacted(redactor: Redactor, text: str) -> tuple[str, list[str]]:
+def _redacted(redactor: Any, text: str) -> tuple[str, list[str]]:
     record = span_record(span_attributes={"note": text})
     redactor([record])
     rules = [e.rsplit(":", 1)[1].removesuffix("+verified") for e in record.redactions]
@@ -185,17 +185,18 @@ def test_a_path_is_looked_at_again_once_at_each_of_its_parts(
     a token and of the last (a text of paths must not cost a match per part, and a secret
     that runs on far past its path is matched whole)."""
     calls: list[tuple[list[int], frozenset[str]]] = []
-    at = redact_module._at
+    source = source_module("collector.processors.redact")
+    at = source._at
 
     def recording(matcher: Any, view: bytes, starts: list[int], run_end: int) -> Any:
         calls.append((list(starts), frozenset(matcher.value_groups)))
         return at(matcher, view, starts, run_end)
 
-    monkeypatch.setattr(redact_module, "_at", recording)
+    monkeypatch.setattr(source, "_at", recording)
     email = gen_email(random.Random(7)).text
     segment = "/srv/data/archive/2024/reports/quarterly/summary "
     text = f"owner {email} " + segment * 200
-    stored, rules = _redacted(Redactor(KEY), text)
+    stored, rules = _redacted(source.Redactor(KEY), text)
     assert rules == ["email"] and stored.endswith(segment * 200)
     assert len(calls) == 200
     assert all(detectors == {"email"} for _, detectors in calls)
@@ -207,7 +208,7 @@ def test_a_path_is_looked_at_again_once_at_each_of_its_parts(
         assert starts == [offset + index * len(segment) + part for part in parts]
     # A run of 500 one-letter parts: its last part only.
     calls.clear()
-    stored, rules = _redacted(Redactor(KEY), f"owner {email} " + ("/a" * 500 + " ") * 20)
+    stored, rules = _redacted(source.Redactor(KEY), f"owner {email} " + ("/a" * 500 + " ") * 20)
     assert rules == ["email"] and len(calls) == 20
     assert all(len(starts) == 1 for starts, _ in calls)
 
@@ -577,17 +578,18 @@ def test_second_looks_at_turned_down_spans_read_a_few_times_the_text_in_all(
     times the text's length in all, so such text costs a few times its length, not its
     length for each span; the address is still found."""
     calls: list[int] = []
-    within = redact_module._within
+    source = source_module("collector.processors.redact")
+    within = source._within
 
     def recording(matcher: Any, view: bytes, start: int, end: int) -> Any:
         calls.append(end - start)
         return within(matcher, view, start, end)
 
-    monkeypatch.setattr(redact_module, "_within", recording)
+    monkeypatch.setattr(source, "_within", recording)
     email = gen_email(random.Random(11)).text
     text = f"owner {email} " + "sid=123456789 " * 15_000
-    stored, rules = _redacted(Redactor(KEY), text)
+    stored, rules = _redacted(source.Redactor(KEY), text)
     assert email not in stored and rules == ["email"]
-    read = sum(span + redact_module._LOOK_PAST for span in calls)
+    read = sum(span + source._LOOK_PAST for span in calls)
     assert 100 < len(calls) < 15_000
-    assert read <= redact_module._LOOK_BUDGET * len(text) + 5 * redact_module._LOOK_PAST
+    assert read <= source._LOOK_BUDGET * len(text) + 5 * source._LOOK_PAST
