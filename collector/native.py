@@ -6,8 +6,9 @@ extension library (ADR 52). ``scripts/build_native.py`` (run by ``make env``) wr
 compiled modules to ``NATIVE_DIR`` with a manifest of the source they were built from.
 ``install`` (called when the ``collector`` package is imported) puts a finder ahead of the
 normal import system that serves a module of ``MODULES`` from that build when, and only
-when, the build is whole and every one of its modules' source is byte for byte what is
-checked out now, for this Python. Otherwise (no compiler, a source edited since the build,
+when, the build is whole, for this Python, and the source of every module it was built from
+(``MODULES`` and the first-party modules they import, whose constants mypyc copies) is byte
+for byte what is checked out now. Otherwise (no compiler, a source edited since the build,
 another Python, ``AFR_NATIVE=0``) every module is imported from its source as before: the
 same behaviour, slower. The group is taken all or none: compiled modules call each other
 directly, so one stale module would otherwise mix two versions of the code.

@@ -200,8 +200,8 @@ def test_a_source_edited_after_the_build_runs_from_source(tmp_path: Path, edited
 
 
 _GENERATE = (
-    "import importlib.util, json, sys\n"
-    "spec = importlib.util.spec_from_file_location('b', sys.argv[1])\n"
+    "import importlib.util, json\n"
+    "spec = importlib.util.spec_from_file_location('b', {script!r})\n"
     "build = importlib.util.module_from_spec(spec); spec.loader.exec_module(build)\n"
     "print(json.dumps(build.generate(['lazy.py'], build.Path('c'), 'lazy_group')[1]))\n"
 )
@@ -216,15 +216,7 @@ def test_code_mypyc_would_compile_with_another_meaning_is_refused(tmp_path: Path
     lazy = tmp_path / "lazy.py"
 
     def warnings() -> list[str]:
-        done = subprocess.run(
-            [sys.executable, "-c", _GENERATE, str(ROOT / "scripts" / "build_native.py")],
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        done = _run(_GENERATE.format(script=str(ROOT / "scripts" / "build_native.py")), tmp_path)
         assert done.returncode == 0, done.stderr[-2000:]
         found: list[str] = json.loads(done.stdout.splitlines()[-1])
         return found
