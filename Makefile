@@ -9,8 +9,9 @@ STAMP  := $(VENV)/.afr-installed
 
 env: $(STAMP) native
 
-# Debian packages the project needs beyond the base image (none today besides a Python
-# with venv; the script is where they go so a fresh machine gets them from our own files).
+# Debian packages the project needs beyond the base image (python3-venv, PostgreSQL for the
+# tests; gcc and the Python headers for `make native` as a best effort): the script is
+# where they go, so a fresh machine gets them from our own files.
 system-deps:
 	@PYTHON=$(PYTHON) bash scripts/system-deps.sh
 

@@ -1262,7 +1262,9 @@ def _value_end(match: Any, matcher: _Matcher, rule: str) -> int:
 
 
 def _paired(matcher: _Matcher, view: bytes, start: int) -> Iterator[tuple[Any, _Matcher]]:
-    """``matcher``'s matches in ``view`` from ``start``, each with the matcher."""
+    """``matcher``'s matches in ``view`` from ``start``, each with the matcher, one at a
+    time (a generator function: compiled, mypyc evaluates a generator expression here whole,
+    and text dense with matches its caller turns down became quadratic, ADR 52)."""
     for match in matcher.data.finditer(view, start):
         yield match, matcher
 
