@@ -186,5 +186,5 @@ def active(module: str) -> bool:
 
 
 def status() -> str:
-    """Whether the compiled modules are in use, or why not (for logs and ``afr doctor``)."""
+    """Whether the compiled modules are in use, or why not (``afr up`` logs it at start)."""
     return _status

@@ -5,7 +5,7 @@ it in its build stage. It writes the compiled modules and a manifest of the sour
 were built from to ``collector/_native/``, which ``collector.native`` reads at import. A
 build that fails (no C compiler, no Python headers) leaves no build behind and exits 0 with
 a note: the modules then run from source, as they always can. It does nothing when the build
-in place is current. ``--check`` exits 1 unless it is.
+in place is current.
 """
 
 from __future__ import annotations
@@ -184,11 +184,8 @@ def _swap_in(staged: Path, directory: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 unless a build is current")
     parser.add_argument("--dir", type=Path, default=native.NATIVE_DIR)
     args = parser.parse_args(argv)
-    if args.check:
-        return 0 if current(args.dir) else 1
     if current(args.dir):
         print(f"afr native build: current ({args.dir})")
         return 0
