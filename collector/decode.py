@@ -29,6 +29,7 @@ __all__ = [
     "PARSE_ERRORS",
     "DecodeResult",
     "attributes_of",
+    "bytes_text",
     "decode_json",
     "decode_protobuf",
     "hex_ids_to_base64",
@@ -249,6 +250,8 @@ def _bad_ids(span: Any, earliest_ns: int, latest_ns: int) -> str | None:
 
 attributes_of = _attributes
 """OTLP KeyValues as the ``Map(..., String)`` columns hold them (logs too)."""
+bytes_text = _bytes_text
+"""An OTLP ``bytes_value`` as the ``Map(..., String)`` columns hold it (``collector.wire``)."""
 hex_ids_to_base64 = _hex_ids_to_base64
 """OTLP/JSON's hex ``traceId``/``spanId`` rewritten for protobuf's JSON parser (logs too)."""
 

@@ -42,6 +42,7 @@ MODULES: tuple[str, ...] = (
     "collector.processors.signature",
     "collector.processors.tool_calls",
     "collector.processors.truncate",
+    "collector.wire",
 )
 # The shared library the modules are compiled into (mypyc's group).
 GROUP = "collector._native_group"

@@ -3,7 +3,8 @@
 ``decode_protobuf`` / ``decode_json`` raise ``InvalidRequest`` (400 / INVALID_ARGUMENT) for a
 body they cannot read, never anything else (a SystemError, RecursionError, OverflowError or
 UnicodeError would be a 500 and, on gRPC, an INTERNAL). ``to_records`` never raises on a request
-that decoded: it keeps each span whose ids and start time are well formed, counts each other
+that decoded (and ``collector.wire`` reads the same records from its bytes, or leaves it to
+``to_records``): it keeps each span whose ids and start time are well formed, counts each other
 one as rejected, and what it keeps round-trips through the read API's OTLP/JSON.
 """
 
@@ -22,6 +23,7 @@ from collector.api.runs import otlp_json, span_json
 from collector.decode import MAX_TIME_NS, MIN_TIME_NS, decode_json, decode_protobuf, to_records
 from collector.errors import InvalidRequest
 from collector.model import SpanRecord, encode_rows
+from collector.wire import records_from_wire
 from tests.fuzz.strategies import any_text, fuzz_settings, utf8_text
 
 _NOW_NS = 1_764_000_000_000_000_000
@@ -366,6 +368,30 @@ def test_decode_protobuf_of_mutated_valid_requests(
     request = _decode(raw, as_json=False)
     if request is not None:
         _records_never_raise(request)
+
+
+# --- the wire reader (collector.wire) against protobuf's objects ------------------------------
+@fuzz_settings(60)
+@given(requests())
+def test_the_wire_reader_reads_what_protobuf_reads_from_an_exporters_encoding(
+    drawn: tuple[ExportTraceServiceRequest, list[dict[str, Any]]],
+) -> None:
+    raw = drawn[0].SerializeToString()
+    # Protobuf's own encoding is the plain one: the reader takes it, never hands it back.
+    assert records_from_wire(raw, "p", _NOW_NS) == to_records(decode_protobuf(raw), "p", _NOW_NS)
+
+
+@fuzz_settings(150)
+@given(requests(kept=True), _MUTATIONS)
+def test_the_wire_reader_agrees_with_protobuf_on_mutated_requests_or_hands_them_back(
+    drawn: tuple[ExportTraceServiceRequest, list[dict[str, Any]]],
+    mutations: list[tuple[str, int, bytes]],
+) -> None:
+    raw = _mutate(drawn[0].SerializeToString(), mutations)
+    request = _decode(raw, as_json=False)
+    if request is not None:
+        found = records_from_wire(raw, "p", _NOW_NS)
+        assert found is None or found == to_records(request, "p", _NOW_NS)
 
 
 # --- OTLP/JSON ---------------------------------------------------------------------------------
