@@ -92,6 +92,34 @@ class _Reader:
         if self.pos != end:
             raise _Unplain("a field past its message")
 
+    # A known field's value, read once its wire type is the field's own.
+    def message(self, wire: int) -> int:
+        """Where the message field that begins here ends (the cursor at its first byte)."""
+        _expect(wire, _LEN)
+        size = self.length()
+        return self.pos + size
+
+    def string_field(self, wire: int) -> str:
+        _expect(wire, _LEN)
+        return self.string()
+
+    def bytes_field(self, wire: int) -> bytes:
+        _expect(wire, _LEN)
+        return self.blob()
+
+    def varint_field(self, wire: int) -> int:
+        _expect(wire, _VARINT)
+        return self.varint()
+
+    def fixed64_field(self, wire: int) -> int:
+        _expect(wire, _FIXED64)
+        return self.fixed64()
+
+    def passed(self, wire: int, own: int) -> None:
+        """Past a known field afr does not read (a dropped count, flags)."""
+        _expect(wire, own)
+        self.skip(wire)
+
     def length(self) -> int:
         """A length-delimited field's length; the cursor at its first byte."""
         size = self.varint()
@@ -149,47 +177,46 @@ def _expect(wire: int, wanted: int) -> None:
 def _attributes(reader: _Reader, end: int, out: dict[str, str]) -> None:
     """One KeyValue (the cursor at its first byte, ``end`` past its last) into ``out`` as
     ``decode._attributes`` writes it."""
+    key, kind, found = _key_value(reader, end, 0)
+    out[key] = _text(kind, found)
+
+
+def _key_value(reader: _Reader, end: int, depth: int) -> tuple[str, int, Any]:
+    """(key, the value's kind and value as ``_any_value`` gives them)."""
     key = ""
-    value = ""
+    kind = 0
+    found: Any = None
     seen_value = False
     while reader.pos < end:
         tag = reader.varint()
         field = tag >> 3
         wire = tag & 7
         if field == 1:
-            _expect(wire, _LEN)
-            key = reader.string()
+            key = reader.string_field(wire)
         elif field == 2:
-            _expect(wire, _LEN)
+            stop = reader.message(wire)
             if seen_value:  # protobuf merges the two values
                 raise _Unplain("a value sent twice")
             seen_value = True
-            size = reader.length()
-            value = _value_text(reader, reader.pos + size)
+            kind, found = _any_value(reader, stop, depth)
         elif field == 3:  # key_strindex: not read (as decode does)
-            _expect(wire, _VARINT)
-            reader.varint()
+            reader.passed(wire, _VARINT)
         else:
             reader.skip(wire)
     reader.close(end)
-    out[key] = value
+    return key, kind, found
 
 
-def _value_text(reader: _Reader, end: int) -> str:
+def _text(kind: int, found: Any) -> str:
     """An AnyValue as ``decode.value_to_str`` gives it."""
-    kind, found = _any_value(reader, end, 0)
-    if kind == 1:
+    if kind == 1 or kind == 3 or kind == 7:  # a string, an int, bytes as text
         return str(found)
     if kind == 0:
         return ""
     if kind == 2:
         return "true" if found else "false"
-    if kind == 3:
-        return str(found)
     if kind == 4:
         return repr(found)
-    if kind == 7:
-        return str(found)
     return json.dumps(found, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -204,32 +231,25 @@ def _any_value(reader: _Reader, end: int, depth: int) -> tuple[int, Any]:
         field = tag >> 3
         wire = tag & 7
         if field == 1:
-            _expect(wire, _LEN)
-            kind, found = 1, reader.string()
+            kind, found = 1, reader.string_field(wire)
         elif field == 2:
-            _expect(wire, _VARINT)
-            kind, found = 2, reader.varint() != 0
+            kind, found = 2, reader.varint_field(wire) != 0
         elif field == 3:
-            _expect(wire, _VARINT)
-            kind, found = 3, _int64(reader.varint())
+            kind, found = 3, _int64(reader.varint_field(wire))
         elif field == 4:
-            _expect(wire, _FIXED64)
             pos = reader.pos
-            reader.fixed64()
+            reader.fixed64_field(wire)
             kind, found = 4, _DOUBLE.unpack_from(reader.data, pos)[0]
         elif field == 5 or field == 6:
-            _expect(wire, _LEN)
+            stop = reader.message(wire)
             if kind == field:  # the same message twice: protobuf merges them
                 raise _Unplain("a list value sent twice")
-            size = reader.length()
-            stop = reader.pos + size
             if field == 5:
                 kind, found = 5, _array(reader, stop, depth + 1)
             else:
                 kind, found = 6, _kvlist(reader, stop, depth + 1)
         elif field == 7:
-            _expect(wire, _LEN)
-            kind, found = 7, bytes_text(reader.blob())
+            kind, found = 7, bytes_text(reader.bytes_field(wire))
         elif field == 8:  # string_value_strindex: a profiles-only form
             raise _Unplain("a string table index")
         else:
@@ -243,9 +263,7 @@ def _array(reader: _Reader, end: int, depth: int) -> list[Any]:
     while reader.pos < end:
         tag = reader.varint()
         if tag >> 3 == 1:
-            _expect(tag & 7, _LEN)
-            size = reader.length()
-            values.append(_any_value(reader, reader.pos + size, depth)[1])
+            values.append(_any_value(reader, reader.message(tag & 7), depth)[1])
         else:
             reader.skip(tag & 7)
     reader.close(end)
@@ -257,29 +275,8 @@ def _kvlist(reader: _Reader, end: int, depth: int) -> dict[str, Any]:
     while reader.pos < end:
         tag = reader.varint()
         if tag >> 3 == 1:
-            _expect(tag & 7, _LEN)
-            size = reader.length()
-            stop = reader.pos + size
-            key = ""
-            value: Any = None
-            seen_value = False
-            while reader.pos < stop:
-                inner = reader.varint()
-                field = inner >> 3
-                if field == 1:
-                    _expect(inner & 7, _LEN)
-                    key = reader.string()
-                elif field == 2:
-                    _expect(inner & 7, _LEN)
-                    if seen_value:
-                        raise _Unplain("a value sent twice")
-                    seen_value = True
-                    length = reader.length()
-                    value = _any_value(reader, reader.pos + length, depth)[1]
-                else:
-                    reader.skip(inner & 7)
-            reader.close(stop)
-            values[key] = value
+            key, _, found = _key_value(reader, reader.message(tag & 7), depth)
+            values[key] = found
         else:
             reader.skip(tag & 7)
     reader.close(end)
@@ -292,12 +289,9 @@ def _key_values(reader: _Reader, end: int) -> dict[str, str]:
     while reader.pos < end:
         tag = reader.varint()
         if tag >> 3 == 1:
-            _expect(tag & 7, _LEN)
-            size = reader.length()
-            _attributes(reader, reader.pos + size, out)
+            _attributes(reader, reader.message(tag & 7), out)
         elif tag >> 3 == 2:  # dropped_attributes_count
-            _expect(tag & 7, _VARINT)
-            reader.varint()
+            reader.passed(tag & 7, _VARINT)
         else:  # entity_refs, or a field newer than this reader: not read (as decode does)
             reader.skip(tag & 7)
     reader.close(end)
@@ -312,11 +306,9 @@ def _scope(reader: _Reader, end: int) -> tuple[str, str]:
         field = tag >> 3
         wire = tag & 7
         if field == 1:
-            _expect(wire, _LEN)
-            name = reader.string()
+            name = reader.string_field(wire)
         elif field == 2:
-            _expect(wire, _LEN)
-            version = reader.string()
+            version = reader.string_field(wire)
         else:  # attributes, dropped_attributes_count: not read (as decode does)
             reader.skip(wire)
     reader.close(end)
@@ -355,54 +347,37 @@ def _span(reader: _Reader, end: int) -> _Span:
         field = tag >> 3
         wire = tag & 7
         if field == 9:
-            _expect(wire, _LEN)
-            size = reader.length()
-            _attributes(reader, reader.pos + size, span.attributes)
+            _attributes(reader, reader.message(wire), span.attributes)
         elif field == 5:
-            _expect(wire, _LEN)
-            span.name = reader.string()
+            span.name = reader.string_field(wire)
         elif field == 1:
-            _expect(wire, _LEN)
-            span.trace_id = reader.blob()
+            span.trace_id = reader.bytes_field(wire)
         elif field == 2:
-            _expect(wire, _LEN)
-            span.span_id = reader.blob()
+            span.span_id = reader.bytes_field(wire)
         elif field == 4:
-            _expect(wire, _LEN)
-            span.parent_span_id = reader.blob()
+            span.parent_span_id = reader.bytes_field(wire)
         elif field == 3:
-            _expect(wire, _LEN)
-            span.trace_state = reader.string()
+            span.trace_state = reader.string_field(wire)
         elif field == 6:
-            _expect(wire, _VARINT)
-            span.kind = _int32(reader.varint())
+            span.kind = _int32(reader.varint_field(wire))
         elif field == 7:
-            _expect(wire, _FIXED64)
-            span.start = reader.fixed64()
+            span.start = reader.fixed64_field(wire)
         elif field == 8:
-            _expect(wire, _FIXED64)
-            span.end = reader.fixed64()
+            span.end = reader.fixed64_field(wire)
         elif field == 11:
-            _expect(wire, _LEN)
-            size = reader.length()
-            _event(reader, reader.pos + size, span)
+            _event(reader, reader.message(wire), span)
         elif field == 13:
-            _expect(wire, _LEN)
-            size = reader.length()
-            _link(reader, reader.pos + size, span)
+            _link(reader, reader.message(wire), span)
         elif field == 15:
-            _expect(wire, _LEN)
+            stop = reader.message(wire)
             if seen_status:  # protobuf merges the two
                 raise _Unplain("a status sent twice")
             seen_status = True
-            size = reader.length()
-            _status(reader, reader.pos + size, span)
+            _status(reader, stop, span)
         elif field == 10 or field == 12 or field == 14:
-            _expect(wire, _VARINT)
-            reader.varint()
+            reader.passed(wire, _VARINT)
         elif field == 16:
-            _expect(wire, _FIXED32)
-            reader.fixed32()
+            reader.passed(wire, _FIXED32)
         else:
             reader.skip(wire)
     reader.close(end)
@@ -418,18 +393,13 @@ def _event(reader: _Reader, end: int, span: _Span) -> None:
         field = tag >> 3
         wire = tag & 7
         if field == 1:
-            _expect(wire, _FIXED64)
-            time_ns = reader.fixed64()
+            time_ns = reader.fixed64_field(wire)
         elif field == 2:
-            _expect(wire, _LEN)
-            name = reader.string()
+            name = reader.string_field(wire)
         elif field == 3:
-            _expect(wire, _LEN)
-            size = reader.length()
-            _attributes(reader, reader.pos + size, attributes)
+            _attributes(reader, reader.message(wire), attributes)
         elif field == 4:
-            _expect(wire, _VARINT)
-            reader.varint()
+            reader.passed(wire, _VARINT)
         else:
             reader.skip(wire)
     reader.close(end)
@@ -448,24 +418,17 @@ def _link(reader: _Reader, end: int, span: _Span) -> None:
         field = tag >> 3
         wire = tag & 7
         if field == 1:
-            _expect(wire, _LEN)
-            trace_id = reader.blob()
+            trace_id = reader.bytes_field(wire)
         elif field == 2:
-            _expect(wire, _LEN)
-            span_id = reader.blob()
+            span_id = reader.bytes_field(wire)
         elif field == 3:
-            _expect(wire, _LEN)
-            state = reader.string()
+            state = reader.string_field(wire)
         elif field == 4:
-            _expect(wire, _LEN)
-            size = reader.length()
-            _attributes(reader, reader.pos + size, attributes)
+            _attributes(reader, reader.message(wire), attributes)
         elif field == 5:
-            _expect(wire, _VARINT)
-            reader.varint()
+            reader.passed(wire, _VARINT)
         elif field == 6:
-            _expect(wire, _FIXED32)
-            reader.fixed32()
+            reader.passed(wire, _FIXED32)
         else:
             reader.skip(wire)
     reader.close(end)
@@ -481,11 +444,9 @@ def _status(reader: _Reader, end: int, span: _Span) -> None:
         field = tag >> 3
         wire = tag & 7
         if field == 2:
-            _expect(wire, _LEN)
-            span.status_message = reader.string()
+            span.status_message = reader.string_field(wire)
         elif field == 3:
-            _expect(wire, _VARINT)
-            span.status_code = _int32(reader.varint())
+            span.status_code = _int32(reader.varint_field(wire))
         else:
             reader.skip(wire)
     reader.close(end)
@@ -581,9 +542,7 @@ def _records(
         if tag >> 3 != 1:
             reader.skip(tag & 7)
             continue
-        _expect(tag & 7, _LEN)
-        length = reader.length()
-        end = reader.pos + length
+        end = reader.message(tag & 7)
         # A ResourceSpans: its resource may come after its spans (protobuf reads fields in
         # any order), so its spans are kept until it is whole.
         resource: dict[str, str] = {}
@@ -594,19 +553,15 @@ def _records(
             field = inner >> 3
             wire = inner & 7
             if field == 2:
-                _expect(wire, _LEN)
-                scope_size = reader.length()
-                scopes.append(_scope_spans(reader, reader.pos + scope_size))
+                scopes.append(_scope_spans(reader, reader.message(wire)))
             elif field == 1:
-                _expect(wire, _LEN)
+                stop = reader.message(wire)
                 if seen_resource:  # protobuf merges the two
                     raise _Unplain("a resource sent twice")
                 seen_resource = True
-                resource_size = reader.length()
-                resource = _key_values(reader, reader.pos + resource_size)
+                resource = _key_values(reader, stop)
             elif field == 3:
-                _expect(wire, _LEN)
-                reader.string()
+                reader.string_field(wire)
             else:
                 reader.skip(wire)
         reader.close(end)
@@ -637,19 +592,15 @@ def _scope_spans(reader: _Reader, end: int) -> tuple[str, str, list[_Span]]:
         field = tag >> 3
         wire = tag & 7
         if field == 2:
-            _expect(wire, _LEN)
-            size = reader.length()
-            spans.append(_span(reader, reader.pos + size))
+            spans.append(_span(reader, reader.message(wire)))
         elif field == 1:
-            _expect(wire, _LEN)
-            if seen_scope:
+            stop = reader.message(wire)
+            if seen_scope:  # protobuf merges the two
                 raise _Unplain("a scope sent twice")
             seen_scope = True
-            size = reader.length()
-            name, version = _scope(reader, reader.pos + size)
+            name, version = _scope(reader, stop)
         elif field == 3:
-            _expect(wire, _LEN)
-            reader.string()
+            reader.string_field(wire)
         else:
             reader.skip(wire)
     reader.close(end)
