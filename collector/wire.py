@@ -82,11 +82,6 @@ class _Reader:
         self.pos = pos + 8
         return int.from_bytes(self.data[pos : pos + 8], "little")
 
-    def fixed32(self) -> None:
-        self.pos += 4
-        if self.pos > len(self.data):
-            raise _Unplain("a value past the end")
-
     def close(self, end: int) -> None:
         """The cursor at ``end``, where the message it read ends."""
         if self.pos != end:

@@ -358,7 +358,7 @@ def _mutate(raw: bytes, mutations: list[tuple[str, int, bytes]]) -> bytes:
     return bytes(data)
 
 
-@fuzz_settings(60)
+@fuzz_settings(150)
 @given(requests(), _MUTATIONS)
 def test_decode_protobuf_of_mutated_valid_requests(
     drawn: tuple[ExportTraceServiceRequest, list[dict[str, Any]]],
@@ -368,9 +368,11 @@ def test_decode_protobuf_of_mutated_valid_requests(
     request = _decode(raw, as_json=False)
     if request is not None:
         _records_never_raise(request)
+        # The wire reader (collector.wire) reads the same records, or hands them back.
+        found = records_from_wire(raw, "p", _NOW_NS)
+        assert found is None or found == to_records(request, "p", _NOW_NS)
 
 
-# --- the wire reader (collector.wire) against protobuf's objects ------------------------------
 @fuzz_settings(60)
 @given(requests())
 def test_the_wire_reader_reads_what_protobuf_reads_from_an_exporters_encoding(
@@ -379,19 +381,6 @@ def test_the_wire_reader_reads_what_protobuf_reads_from_an_exporters_encoding(
     raw = drawn[0].SerializeToString()
     # Protobuf's own encoding is the plain one: the reader takes it, never hands it back.
     assert records_from_wire(raw, "p", _NOW_NS) == to_records(decode_protobuf(raw), "p", _NOW_NS)
-
-
-@fuzz_settings(150)
-@given(requests(kept=True), _MUTATIONS)
-def test_the_wire_reader_agrees_with_protobuf_on_mutated_requests_or_hands_them_back(
-    drawn: tuple[ExportTraceServiceRequest, list[dict[str, Any]]],
-    mutations: list[tuple[str, int, bytes]],
-) -> None:
-    raw = _mutate(drawn[0].SerializeToString(), mutations)
-    request = _decode(raw, as_json=False)
-    if request is not None:
-        found = records_from_wire(raw, "p", _NOW_NS)
-        assert found is None or found == to_records(request, "p", _NOW_NS)
 
 
 # --- OTLP/JSON ---------------------------------------------------------------------------------
