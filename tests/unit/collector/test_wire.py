@@ -364,7 +364,7 @@ def test_event_times_out_of_range_take_the_spans_start_and_links_keep_their_fiel
 def test_a_request_cut_short_or_with_a_group_is_handed_back() -> None:
     raw = _request(_span(attributes=[_kv("k", "v")]))
     for cut in range(1, len(raw)):
-        assert records_from_wire(raw[:cut], "p", NOW_NS) is None or cut == len(raw)
+        assert records_from_wire(raw[:cut], "p", NOW_NS) is None
     group = _request(_span()) + _varint(50 << 3 | 3) + _varint(50 << 3 | 4)
     assert records_from_wire(group, "p", NOW_NS) is None
     assert len(_through_protobuf(group).records) == 1
