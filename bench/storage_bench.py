@@ -3,8 +3,8 @@
 The corpus is the collector bench's realistic one (agent traces, 9 spans each, JSON message
 bodies, a secret every ~2 KB), stored the way the collector stores it: decoded, through the
 collector's own processors (``default_processors``: redact, normalize, truncate), encoded
-(``encode_rows``) and inserted by ``ClickHouseStore.insert_rows`` in inserts of ~10k rows,
-on the embedded engine, with the materialized views attached. Figures, per span and as a
+(``encode_block``: Native blocks) and inserted by ``ClickHouseStore.insert_rows`` in inserts
+of ~10k rows, on the embedded engine, with the materialized views attached. Figures, per span and as a
 ratio to the OTLP request size (protobuf, uncompressed; gzip given beside it):
 
 - the data directory (``du``: blocks allocated) right after the inserts, then after
@@ -86,8 +86,8 @@ def _disk_bytes(path: Path) -> int:
 
 def prepare(requests: list[bytes], data_dir: Path) -> list[bytes]:
     """The inserts the collector would make of ``requests``: decoded, processed, encoded."""
+    from collector.blocks import NATIVE_PREFIX, encode_block
     from collector.decode import decode_protobuf, to_records
-    from collector.model import encode_rows
     from collector.server import default_processors
     from collector.settings import CollectorSettings
 
@@ -97,9 +97,10 @@ def prepare(requests: list[bytes], data_dir: Path) -> list[bytes]:
         records = to_records(decode_protobuf(raw), "project-1", time.time_ns()).records
         for _, processor in processors:
             records = processor(records)
-        blocks.append(encode_rows(records))
+        blocks.append(encode_block(records)[len(NATIVE_PREFIX) :])
+    # Joined as the writer joins the log's records: one prefix, the blocks back to back.
     return [
-        b"".join(blocks[i : i + REQUESTS_PER_INSERT])
+        NATIVE_PREFIX + b"".join(blocks[i : i + REQUESTS_PER_INSERT])
         for i in range(0, len(blocks), REQUESTS_PER_INSERT)
     ]
 
@@ -287,6 +288,7 @@ def variant(
     dsn: str, database: str, codecs: dict[str, str], inserts: list[bytes]
 ) -> dict[str, Any]:
     """One codec variant on a fresh database: its size after merges and its CPU per row."""
+    from collector.blocks import payload_rows
     from collector.store.client import ClickHouseStore
 
     store = ClickHouseStore(dsn, database)
@@ -294,7 +296,7 @@ def variant(
         store.migrate()
         if alter := _alter(codecs):
             store.command(alter)
-        rows = sum(block.count(b"\n") for block in inserts)
+        rows = sum(payload_rows(block) for block in inserts)
         store.command("SYSTEM STOP MERGES")  # every table's: no merge's CPU in the figure
         began = time.process_time()
         for block in inserts:

@@ -212,8 +212,9 @@ def _datetime64(ns: int) -> str:
 def encode_rows(records: list[SpanRecord]) -> bytes:
     """The records as ``JSONCompactEachRow`` in ``COLUMN_NAMES`` order.
 
-    This block is both the write-ahead log record and the insert body: ClickHouse parses it
-    in C++ with the GIL released, so the writer does no per-row Python work at all.
+    The ingest workers write Native blocks (``blocks.encode_block``, ADR 54). JSON rows are
+    what the write-ahead log held before (still read and inserted), what a batch the store
+    refuses is bisected into, and the dead-letter file's lines (``blocks.json_lines``).
     """
     lines = []
     for record in records:

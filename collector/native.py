@@ -34,6 +34,7 @@ __all__ = ["MODULES", "NATIVE_DIR", "active", "digests", "install", "manifest_fo
 # The modules compiled, as importable names. Kept to the ingest stage's hot path: the
 # modules every span goes through in the ingest workers.
 MODULES: tuple[str, ...] = (
+    "collector.blocks",
     "collector.decode",
     "collector.processors.normalize",
     "collector.processors.prefilter",

@@ -27,10 +27,11 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from collector.blocks import encode_block
 from collector.decode import decode_json, decode_protobuf, to_records
 from collector.errors import StoreUnavailable
 from collector.logs import ProcessedLogs, process_logs_request
-from collector.model import SpanRecord, encode_rows
+from collector.model import SpanRecord
 from collector.store.wal import Batch, WriteAheadLog
 from collector.wire import records_from_wire
 
@@ -149,7 +150,7 @@ def process_request(
             )
         truncated += record.truncated
     started = clock()
-    payload = encode_rows(records) if records else b""
+    payload = encode_block(records) if records else b""
     stages.append(("encode", clock() - started))
     return ProcessedRequest(
         payload,

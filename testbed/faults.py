@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from collector.blocks import block_rows, is_native_payload, payload_rows
+
 __all__ = [
     "TRANSIENT_ERRORS",
     "FaultControl",
@@ -221,7 +223,7 @@ class FaultyStore:
             self.status.inserts += 1
             self.status.insert_running = True
             self._publish()
-        rows = payload.count(b"\n")
+        rows = payload_rows(payload)
         try:
             if plan.mode == "down":
                 raise self._fail(down_error(), "down_failures")
@@ -259,12 +261,19 @@ class FaultyStore:
 
 
 def _holds_any(payload: bytes, span_ids: tuple[str, ...]) -> bool:
-    """True when a row of ``payload`` (JSONCompactEachRow) is one of ``span_ids``: only the
-    SpanId column counts, never a link or parent naming that span."""
+    """True when a row of ``payload`` (Native blocks, or JSONCompactEachRow as a refused
+    batch is bisected into) is one of ``span_ids``: only the SpanId column counts, never a
+    link or parent naming that span."""
     import orjson
 
     from collector.model import COLUMN_NAMES
 
     column = COLUMN_NAMES.index("SpanId")
     wanted = set(span_ids)
+    if is_native_payload(payload):
+        return any(
+            row[names.index("SpanId")] in wanted
+            for names, rows in block_rows(payload)
+            for row in rows
+        )
     return any(line and orjson.loads(line)[column] in wanted for line in payload.splitlines())

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from collector.blocks import is_native_payload, json_lines
 from collector.store.wal import read_segment
 from testbed.loadgen import Ledger
 from testbed.traces import TraceSet, expected_fields
@@ -233,7 +234,8 @@ def pending_in_log(data_dir: Path) -> list[tuple[str, str, str]]:
     for path in sorted((data_dir / "wal").glob("segment-*.wal")):
         # The collector's own reader: either record format, past a damaged record.
         for payload in read_segment(path).payloads:
-            rows += _compact_rows(iter(payload.splitlines()))
+            lines = json_lines(payload) if is_native_payload(payload) else payload.splitlines()
+            rows += _compact_rows(iter(lines))
     return rows
 
 

@@ -18,7 +18,15 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from collector.blocks import block_rows, is_native_payload
 from tests.waiting import wait_until
+
+
+def payload_rows(payload: bytes) -> int:
+    """Rows in an insert body: Native blocks' rows, or one per line of JSON."""
+    if is_native_payload(payload):
+        return sum(len(rows) for _, rows in block_rows(payload))
+    return payload.count(b"\n")
 
 
 @dataclass(frozen=True)
@@ -239,7 +247,7 @@ class FlakyStore:
                 "'...': (at row 2). (CANNOT_PARSE_INPUT_ASSERTION_FAILED) (version 26.9.2.1)"
             )
         self.inner.insert_rows(payload)
-        self.insert_sizes.append(payload.count(b"\n"))
+        self.insert_sizes.append(payload_rows(payload))
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         if self.failing and sql == "SELECT 1":

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from afr_common.prices import Rates
+from collector.blocks import NATIVE_FORMAT, NATIVE_PREFIX, is_native_payload
 from collector.log_model import LOG_COLUMN_NAMES, LOGS_PREFIX, is_log_payload
 from collector.model import COLUMN_NAMES, ROW_FORMAT
 from collector.store.cluster import (
@@ -258,36 +259,44 @@ class ClickHouseStore:
         return sorted(str(row[0]) for row in rows)
 
     def insert_rows(self, payload: bytes) -> None:
-        """Inserts ``model.encode_rows`` output (or ``log_model.encode_log_rows``: its
-        prefix says so, and the rows go to the logs table); parsed by ClickHouse, not by
-        Python."""
-        table, columns = SPANS_TABLE, COLUMN_NAMES
-        if is_log_payload(payload):
-            table, columns = LOGS_TABLE, LOG_COLUMN_NAMES
-            payload = payload[len(LOGS_PREFIX) :]
+        """Inserts ``blocks.encode_block`` output (Native blocks, as the ingest workers write
+        them), ``model.encode_rows`` output (JSON rows, as records in the log from before
+        ADR 54 and the rows of a refused batch are) or ``log_model.encode_log_rows`` output
+        (its prefix says so, and the rows go to the logs table); parsed by ClickHouse, not
+        by Python."""
+        table, columns, fmt = SPANS_TABLE, COLUMN_NAMES, ROW_FORMAT
+        settings: dict[str, Any] = {
+            # Sized to the window of accepted start times; a block spread wider (the log
+            # recovered after a long outage) is refused and the writer splits it.
+            "max_partitions_per_insert_block": self._max_partitions,
+            # No merge of the block as it is written (ADR 44): the views' rows are grouped
+            # by their key already, and a span sent twice is removed by the merges and by
+            # FINAL, as one sent in two inserts always was. It was ~15-20% of the insert's
+            # CPU.
+            "optimize_on_insert": 0,
+        }
+        if is_native_payload(payload):
+            fmt = NATIVE_FORMAT
+            # The LowCardinality columns arrive as String (the blocks module).
+            settings["input_format_native_allow_types_conversion"] = 1
+            payload = payload[len(NATIVE_PREFIX) :]
+        else:
+            if is_log_payload(payload):
+                table, columns = LOGS_TABLE, LOG_COLUMN_NAMES
+                payload = payload[len(LOGS_PREFIX) :]
+            # A log record written before a column was added ends early: the missing
+            # trailing values are the columns' defaults.
+            settings["input_format_json_compact_allow_variable_number_of_columns"] = 1
+            # Parsing on one thread: the ingest workers hold the other cores, and parallel
+            # parsing's chunks in flight cost ~50 MiB of peak memory for no less CPU (ADR 43).
+            settings["input_format_parallel_parsing"] = 0
         with self._lock:
             self._client.raw_insert(
                 f"{self.database}.{table}",
                 list(columns),
                 insert_block=payload,
-                fmt=ROW_FORMAT,
-                # Sized to the window of accepted start times; a block spread wider (the log
-                # recovered after a long outage) is refused and the writer splits it.
-                settings={
-                    "max_partitions_per_insert_block": self._max_partitions,
-                    # A log record written before a column was added ends early: the
-                    # missing trailing values are the columns' defaults.
-                    "input_format_json_compact_allow_variable_number_of_columns": 1,
-                    # Parsing on one thread: the ingest workers hold the other cores, and
-                    # parallel parsing's chunks in flight cost ~50 MiB of peak memory for no
-                    # less CPU (ADR 43).
-                    "input_format_parallel_parsing": 0,
-                    # No merge of the block as it is written (ADR 44): the views' rows are
-                    # grouped by their key already, and a span sent twice is removed by the
-                    # merges and by FINAL, as one sent in two inserts always was. It was
-                    # ~15-20% of the insert's CPU.
-                    "optimize_on_insert": 0,
-                },
+                fmt=fmt,
+                settings=settings,
             )
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:

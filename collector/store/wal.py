@@ -44,9 +44,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from collector.blocks import payload_rows
 from collector.errors import PayloadTooLarge, StoreUnavailable
 
-__all__ = ["Batch", "SegmentRead", "WriteAheadLog", "read_segment"]
+__all__ = [
+    "DEAD_LETTER",
+    "NATIVE_DEAD_LETTER",
+    "Batch",
+    "SegmentRead",
+    "WriteAheadLog",
+    "read_segment",
+]
 
 logger = logging.getLogger("afr.collector.wal")
 
@@ -57,11 +65,14 @@ _LENGTH_CHECK = 0xFFFFFFFF
 _FORMAT_1 = struct.Struct("<II")  # length, crc32(payload): segments written before ADR 28
 _CLOSED: BinaryIO = io.BytesIO()  # placeholder until open()
 _SEGMENT_GLOB = "segment-*.wal"
+DEAD_LETTER = "dead-letter.jsonl"
+NATIVE_DEAD_LETTER = "dead-letter.native"
 
 
 @dataclass
 class Batch:
-    """Encoded rows of some spans (``model.encode_rows``), and how many spans that is."""
+    """Encoded rows of some spans (``blocks.encode_block``; ``model.encode_rows`` in logs
+    written before ADR 54; ``log_model.encode_log_rows``), and how many rows that is."""
 
     payload: bytes
     rows: int
@@ -254,7 +265,7 @@ class WriteAheadLog:
             self.corrupt_bytes_skipped += read.corrupt_bytes
             count = len(read.payloads)
             for payload in read.payloads:
-                rows = payload.count(b"\n")
+                rows = payload_rows(payload)
                 self._ready.append(Batch(payload, rows, number))
                 self._ready_rows += rows
                 recovered += rows
@@ -387,12 +398,14 @@ class WriteAheadLog:
                 0, self._unreleased_bytes - self._segment_bytes.pop(closed, 0)
             )
 
-    def dead_letter(self, rows: bytes) -> Path:
+    def dead_letter(self, rows: bytes, name: str = DEAD_LETTER) -> Path:
         """Rows the store refuses for good (not a store outage): kept, fsynced, out of the
-        way. They are already redacted; an operator can inspect and re-insert them."""
-        path = self._dir / "dead-letter.jsonl"
+        way. They are already redacted; an operator can inspect and re-insert them. JSON
+        rows, one per line, in ``DEAD_LETTER``; a batch of Native blocks that could not be
+        read into rows, whole, in ``NATIVE_DEAD_LETTER``."""
+        path = self._dir / name
         with path.open("ab") as handle:
-            handle.write(rows if rows.endswith(b"\n") else rows + b"\n")
+            handle.write(rows if rows.endswith(b"\n") or name != DEAD_LETTER else rows + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
         path.chmod(0o600)

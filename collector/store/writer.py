@@ -23,10 +23,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from collector.blocks import NATIVE_PREFIX, BlockError, is_native_payload, json_lines
 from collector.log_model import LOGS_PREFIX, is_log_payload
 from collector.store.client import SpanStore
 from collector.store.errors import InsertFailure, classify_insert_error, clickhouse_code
-from collector.store.wal import Batch, WriteAheadLog
+from collector.store.wal import NATIVE_DEAD_LETTER, Batch, WriteAheadLog
 
 __all__ = ["BatchWriter"]
 
@@ -106,14 +107,17 @@ class BatchWriter:
             return self._insert_taken(batches) if batches else True
 
     def _insert_taken(self, batches: list[Batch]) -> bool:
-        # Spans and log records go to their own tables: one insert each.
-        spans = [b for b in batches if not is_log_payload(b.payload)]
-        logs = [b for b in batches if is_log_payload(b.payload)]
-        ok = self._insert(spans) if spans else True
-        if logs and ok:
-            ok = self._insert(logs)
-        elif logs:
-            self._wal.give_back(logs)
+        # Spans and log records go to their own tables, spans as Native blocks or (records
+        # from before ADR 54) JSON rows: one insert of each kind.
+        kinds: dict[int, list[Batch]] = {}
+        for batch in batches:
+            kinds.setdefault(_kind(batch.payload), []).append(batch)
+        ok = True
+        for kind in sorted(kinds):
+            if ok:
+                ok = self._insert(kinds[kind])
+            else:
+                self._wal.give_back(kinds[kind])
         return ok
 
     @property
@@ -213,7 +217,18 @@ class BatchWriter:
         batch later (rows inserted meanwhile are inserted again, harmlessly: the spans
         table replaces duplicates)."""
         prefix = LOGS_PREFIX if is_log_payload(payload) else b""
-        lines = payload[len(prefix) :].splitlines(keepends=True)
+        if is_native_payload(payload):
+            # Bisected as the JSON rows the blocks hold: a refused row is dead-lettered as a
+            # line of JSON, as it always was.
+            try:
+                lines = json_lines(payload)
+            except BlockError as exc:
+                # Not what the workers write (the log's checksum held): kept whole, aside.
+                self._wal.dead_letter(payload, NATIVE_DEAD_LETTER)
+                logger.error("a batch the store refused is not readable (%s); set aside", exc)
+                return True
+        else:
+            lines = payload[len(prefix) :].splitlines(keepends=True)
         pending = [lines]
         dead = 0
         while pending:
@@ -242,8 +257,19 @@ class BatchWriter:
         return True
 
 
+_NATIVE, _JSON, _LOGS = 0, 1, 2
+
+
+def _kind(payload: bytes) -> int:
+    if is_native_payload(payload):
+        return _NATIVE
+    return _LOGS if is_log_payload(payload) else _JSON
+
+
 def _joined(batches: list[Batch]) -> bytes:
-    """One insert body of batches of one kind: log rows keep one ``LOGS_PREFIX``."""
-    if is_log_payload(batches[0].payload):
-        return LOGS_PREFIX + b"".join(b.payload[len(LOGS_PREFIX) :] for b in batches)
+    """One insert body of batches of one kind: log rows keep one ``LOGS_PREFIX``, blocks one
+    ``NATIVE_PREFIX`` (blocks concatenate)."""
+    for prefix in (LOGS_PREFIX, NATIVE_PREFIX):
+        if batches[0].payload.startswith(prefix):
+            return prefix + b"".join(b.payload[len(prefix) :] for b in batches)
     return b"".join(b.payload for b in batches)

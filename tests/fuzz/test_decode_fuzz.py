@@ -20,9 +20,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from collector.api.runs import otlp_json, span_json
+from collector.blocks import encode_block
 from collector.decode import MAX_TIME_NS, MIN_TIME_NS, decode_json, decode_protobuf, to_records
 from collector.errors import InvalidRequest
-from collector.model import SpanRecord, encode_rows
+from collector.model import SpanRecord
 from collector.wire import records_from_wire
 from tests.fuzz.strategies import any_text, fuzz_settings, utf8_text
 
@@ -45,7 +46,7 @@ def _records_never_raise(request: ExportTraceServiceRequest) -> None:
     result = to_records(request, "p", _NOW_NS)
     assert len(result.records) + result.rejected == total
     assert bool(result.error_message) == bool(result.rejected)
-    encode_rows(result.records)  # what the store and the write-ahead log hold
+    encode_block(result.records)  # what the store and the write-ahead log hold
 
 
 # --- structurally valid requests, arbitrary field values -----------------------------------
@@ -297,7 +298,7 @@ def test_to_records_keeps_well_formed_spans_and_counts_the_rest(
     assert len(result.records) == len(kept)
     for record, expected in zip(result.records, kept, strict=True):
         _check_record(record, expected)
-    encode_rows(result.records)
+    encode_block(result.records)
 
 
 def _comparable(record: SpanRecord) -> str:

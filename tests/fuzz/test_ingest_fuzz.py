@@ -1,7 +1,8 @@
 """The whole CPU-bound ingest stage (decode -> redact -> normalize -> truncate -> row encoding,
 ``process_request`` with the collector's default processors) on arbitrary requests: it
 raises nothing but ``InvalidRequest``, so an export is answered 200 (or 400), never 500, and
-the rows it hands to the write-ahead log are valid UTF-8 JSON, one per kept span.
+the block it hands to the write-ahead log reads back as rows of valid UTF-8, one per kept
+span, each as wide as the table.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from collector.blocks import json_lines, payload_rows
 from collector.errors import InvalidRequest
 from collector.model import COLUMN_NAMES
 from collector.pipeline import Processor, process_request
@@ -35,8 +37,8 @@ def _ingest(raw: bytes) -> None:
         processed = process_request(processors(), raw, True, "p", BASE_NS)
     except InvalidRequest:
         return
-    lines = processed.payload.split(b"\n")[:-1] if processed.payload else []
-    assert len(lines) == processed.rows
+    lines = json_lines(processed.payload) if processed.payload else []
+    assert len(lines) == processed.rows == payload_rows(processed.payload)
     for line in lines:
         assert len(json.loads(line.decode("utf-8"))) == len(COLUMN_NAMES)
 

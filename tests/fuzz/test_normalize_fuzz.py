@@ -17,7 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from afr_exporter.semconv import RUN_KINDS
-from collector.model import SPAN_TYPES, SpanRecord, encode_rows
+from collector.blocks import encode_block
+from collector.model import SPAN_TYPES, SpanRecord
 from collector.processors.normalize import BODY_ATTRIBUTE_BYTES, normalize, normalize_trace
 from tests.fuzz.strategies import (
     BASE_NS,
@@ -231,7 +232,7 @@ def _check_storable(after: SpanRecord) -> None:
     """What ingest derived from a decoded span: valid UTF-8, so rows and responses hold it."""
     for name in _DERIVED_TEXT:
         assert _valid_utf8(getattr(after, name)), (name, getattr(after, name))
-    encode_rows([after])
+    encode_block([after])
 
 
 @fuzz_settings(100)

@@ -17,7 +17,8 @@ from typing import Any
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from collector.model import SpanRecord, encode_rows
+from collector.blocks import encode_block
+from collector.model import SpanRecord
 from collector.privacy import build_redactor
 from collector.processors.redact import Redactor
 from collector.processors.rules import is_sensitive_key
@@ -107,7 +108,7 @@ def test_redactor_never_raises_and_keeps_decoded_text_storable(span: SpanRecord)
     decoded = _as_decoded(span)
     redactor()([span])
     redactor()([decoded])
-    encode_rows([decoded])  # valid UTF-8 in, valid UTF-8 out: a row can hold it
+    encode_block([decoded])  # valid UTF-8 in, valid UTF-8 out: a row can hold it
 
 
 # --- a planted secret never survives ----------------------------------------------------------

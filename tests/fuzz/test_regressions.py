@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from collector.blocks import encode_block, json_lines
 from collector.decode import decode_json
 from collector.errors import InvalidRequest
-from collector.model import SpanRecord, encode_rows
+from collector.model import SpanRecord
 from collector.pipeline import process_request
 from collector.privacy import build_redactor
 from collector.processors.normalize import normalize, normalize_trace
@@ -91,7 +92,8 @@ def test_an_escaped_lone_surrogate_never_poisons_a_batch(attributes: dict[str, s
         default_processors(_settings()), _request(attributes), True, "p", BASE_NS
     )
     assert processed.rows == 1
-    row = json.loads(processed.payload.decode("utf-8"))
+    (line,) = json_lines(processed.payload)
+    row = json.loads(line.decode("utf-8"))
     assert "\\ud800" in json.dumps(row, ensure_ascii=False)  # kept, as its escape
 
 
@@ -114,7 +116,7 @@ def test_a_tool_call_id_with_an_escaped_surrogate_is_served_as_text() -> None:
     run = normalize([model, tool])
     normalize_trace(run)
     assert tool.tool_call_id == "\\ud800"
-    encode_rows(run)
+    encode_block(run)
 
 
 def test_a_pseudonym_is_never_redacted_again() -> None:
@@ -193,7 +195,7 @@ def test_a_json_key_with_an_escaped_surrogate_is_escaped_in_the_manifest() -> No
     span = record(service_name='{"\\uD800":27.112244495E14}')
     _redactor()([span])
     assert span.redactions == ["service$.\\ud800:credit_card"]
-    encode_rows([span])
+    encode_block([span])
 
 
 def test_a_cookie_header_redacted_once_stays_as_it_is() -> None:

@@ -1,6 +1,6 @@
 """The store-kept run summary (``runs`` + its materialized view) against the spans themselves.
 
-Random runs are written through the real write path (``encode_rows`` -> ``insert_rows``) in
+Random runs are written through the real write path (``encode_block`` -> ``insert_rows``) in
 random insert blocks, so a run is often split over several blocks (partial summary rows),
 and some spans are delivered twice, in the same block or a later one. The oracle is the
 full scan of the spans table with ``FINAL`` (what the read API did before the summary
@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from afr_common.prices import PriceBook, parse_price_table
-from collector.model import SpanRecord, encode_rows
+from collector.blocks import encode_block
+from collector.model import SpanRecord
 from collector.store.client import ClickHouseStore
 from collector.store.reader import RunFilter, RunReader, decode_cursor
 from tests.records import span_record
@@ -164,7 +165,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClickHouseStore
         block = spans[position : position + size]
         if rng.random() < 0.2 and block:
             block.append(rng.choice(block))
-        store.insert_rows(encode_rows(block))
+        store.insert_rows(encode_block(block))
         position += size
     yield store
     store.close()
@@ -349,7 +350,7 @@ def test_runs_stored_before_the_summary_existed_are_backfilled(seeded: ClickHous
     store = ClickHouseStore(seeded._dsn, "afr_backfill")
     store.migrate()
     run = _random_run(random.Random(7), "alpha", 1)
-    store.insert_rows(encode_rows(run))
+    store.insert_rows(encode_block(run))
     # An install at migration 1: the summary objects did not exist when the spans came in.
     for name in ("runs_mv", "run_summary", "runs", "model_prices"):
         kind = "VIEW" if name in ("runs_mv", "run_summary") else "TABLE"

@@ -19,6 +19,7 @@ import chdb
 import pytest
 
 from bench.collector_bench import make_requests
+from collector.blocks import NATIVE_PREFIX
 from collector.pipeline import process_request
 from collector.privacy import default_processors
 from collector.settings import CollectorSettings
@@ -32,9 +33,11 @@ def _payloads(inserts: int, requests: int) -> list[bytes]:
     traces of an agent run, ~3.3 KB per span on the wire), through the ingest pipeline as
     the collector stores them."""
     processors = default_processors(CollectorSettings(redaction_key="merges-key"))
+    # Joined as the writer joins records: one NATIVE_PREFIX, the blocks back to back.
     return [
-        b"".join(
-            process_request(processors, raw, False, "p", BASE_NS).payload
+        NATIVE_PREFIX
+        + b"".join(
+            process_request(processors, raw, False, "p", BASE_NS).payload[len(NATIVE_PREFIX) :]
             for raw in make_requests(requests, seed=100 + insert)
         )
         for insert in range(inserts)

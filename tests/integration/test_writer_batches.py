@@ -11,12 +11,15 @@ from typing import Any
 
 import pytest
 
+from collector.blocks import encode_block, is_native_payload, payload_rows
+from collector.log_model import LogRecord, encode_log_rows
 from collector.model import SpanRecord, encode_rows
 from collector.store import writer as writer_module
 from collector.store.client import ClickHouseStore
-from collector.store.wal import Batch, WriteAheadLog
+from collector.store.wal import NATIVE_DEAD_LETTER, Batch, WriteAheadLog
 from collector.store.writer import BatchWriter
 from tests.integration.test_run_summary import _random_run
+from tests.records import BASE_NS
 from tests.waiting import wait_until
 
 
@@ -33,7 +36,7 @@ class _Recording:
         if not self.sizes and self._during_first is not None:
             self._during_first()
         self._store.insert_rows(payload)
-        self.sizes.append(payload.count(b"\n"))
+        self.sizes.append(payload_rows(payload))
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return self._store.query(sql, parameters)
@@ -57,7 +60,7 @@ class _Rows:
 
 
 def _append(wal: WriteAheadLog, records: list[SpanRecord]) -> None:
-    asyncio.run(wal.append(Batch(encode_rows(records), len(records))))
+    asyncio.run(wal.append(Batch(encode_block(records), len(records))))
 
 
 def _setup(tmp_path: Path, during_first: Any = None) -> tuple[_Recording, WriteAheadLog]:
@@ -159,3 +162,112 @@ def test_freed_memory_goes_back_to_the_system_after_each_insert(
     assert recording.sizes == [100, 100]
     wal.close()
     recording.close()
+
+
+def _log_record(number: int) -> LogRecord:
+    return LogRecord(
+        project_id="alpha",
+        timestamp_ns=BASE_NS + number,
+        observed_ns=BASE_NS + number,
+        trace_id="",
+        span_id="",
+        trace_flags=0,
+        severity_text="INFO",
+        severity_number=9,
+        service_name="svc",
+        body=f"log {number}",
+        event_name="",
+        resource_schema_url="",
+        resource_attributes={},
+        scope_schema_url="",
+        scope_name="",
+        scope_version="",
+        scope_attributes={},
+        log_attributes={},
+        ingested_ns=BASE_NS,
+        log_id=f"log-{number}",
+    )
+
+
+def test_a_log_of_every_record_format_goes_in_whole_after_a_restart(tmp_path: Path) -> None:
+    """Records written before ADR 54 (JSON rows), after it (Native blocks) and log rows,
+    interleaved in one log as an upgrade leaves it: recovered with their row counts, each
+    format inserted as its own insert, every row stored once."""
+    rows = _Rows()
+    recording, wal = _setup(tmp_path)
+    old = rows.take(25)
+    new = rows.take(30)
+    asyncio.run(wal.append(Batch(encode_rows(old[:10]), 10)))
+    _append(wal, new[:15])
+    asyncio.run(wal.append(Batch(encode_log_rows([_log_record(n) for n in range(4)]), 4)))
+    asyncio.run(wal.append(Batch(encode_rows(old[10:]), 15)))
+    _append(wal, new[15:])
+    wal.close()
+    recovered = WriteAheadLog(tmp_path / "wal", max_bytes=1 << 30, fsync=False, retry_after_s=1)
+    assert recovered.open() == 25 + 30 + 4 + 1  # a log record's prefix line, as always counted
+    writer = BatchWriter(recording, recovered, max_rows=1000, interval_s=3600)
+    assert writer.flush()
+    assert sorted(recording.sizes) == [5, 25, 30], "one insert per format"
+    stored = recording.query("SELECT SpanId FROM {db}.otel_traces FINAL ORDER BY SpanId")
+    assert [span for (span,) in stored] == sorted(r.span_id for r in old + new)
+    (logs,) = recording.query("SELECT count() FROM {db}.otel_logs")
+    assert logs == (4,)
+    assert writer.dead_lettered_rows == 0
+    recovered.close()
+    recording.close()
+
+
+class _Refusing(_Recording):
+    """The real store, refusing as malformed any insert holding ``poison`` (what ClickHouse
+    answers a row it cannot take), or everything Native."""
+
+    def __init__(self, store: ClickHouseStore, poison: bytes, native_too: bool = False) -> None:
+        super().__init__(store)
+        self.poison = poison
+        self.native_too = native_too
+
+    def insert_rows(self, payload: bytes) -> None:
+        from clickhouse_connect.driver.exceptions import DatabaseError
+
+        if self.poison in payload or (self.native_too and is_native_payload(payload)):
+            raise DatabaseError("Code: 27. DB::Exception: Cannot parse input. (CANNOT_PARSE_INPUT)")
+        super().insert_rows(payload)
+
+
+@pytest.mark.parametrize("where", [0, 7, 19])
+def test_a_refused_row_of_a_block_is_dead_lettered_as_json_and_the_rest_stored(
+    tmp_path: Path, where: int
+) -> None:
+    store = ClickHouseStore(f"chdb://{tmp_path / 'chdb'}", "refused")
+    store.migrate()
+    records = _Rows().take(20)
+    records[where].span_name = "poison-row"
+    wal = WriteAheadLog(tmp_path / "wal", max_bytes=1 << 30, fsync=False, retry_after_s=1)
+    wal.open()
+    _append(wal, records[:12])
+    _append(wal, records[12:])
+    refusing = _Refusing(store, b"poison-row")
+    writer = BatchWriter(refusing, wal, max_rows=1000, interval_s=3600)
+    assert writer.flush()
+    stored = {span for (span,) in store.query("SELECT SpanId FROM {db}.otel_traces FINAL")}
+    assert stored == {r.span_id for r in records} - {records[where].span_id}
+    (line,) = (tmp_path / "wal" / "dead-letter.jsonl").read_bytes().splitlines()
+    assert line == encode_rows([records[where]]).rstrip(b"\n"), "the row, as JSON"
+    assert writer.dead_lettered_rows == 1
+    wal.close()
+    store.close()
+
+
+def test_a_refused_batch_that_does_not_read_as_blocks_is_set_aside_whole(tmp_path: Path) -> None:
+    store = ClickHouseStore(f"chdb://{tmp_path / 'chdb'}", "unreadable")
+    store.migrate()
+    wal = WriteAheadLog(tmp_path / "wal", max_bytes=1 << 30, fsync=False, retry_after_s=1)
+    wal.open()
+    damaged = encode_block(_Rows().take(3))[:-5]  # (the log's CRC holds: written so)
+    asyncio.run(wal.append(Batch(damaged, 3)))
+    writer = BatchWriter(_Refusing(store, b"-", native_too=True), wal, max_rows=100, interval_s=1)
+    assert writer.flush(), "the log moves on"
+    assert (tmp_path / "wal" / NATIVE_DEAD_LETTER).read_bytes() == damaged
+    assert wal.ready_rows == 0
+    wal.close()
+    store.close()

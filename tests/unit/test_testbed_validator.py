@@ -5,16 +5,23 @@ because it read nothing."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from collector.blocks import encode_block
 from collector.model import encode_rows
 from testbed.validator import pending_in_log
 from tests.records import span_record
 from tests.unit.collector.test_wal_recovery import write_log
 
 
-def test_rows_left_in_the_log_are_found_also_past_a_damaged_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize("encode", [encode_block, encode_rows], ids=["native", "json"])
+def test_rows_left_in_the_log_are_found_also_past_a_damaged_record(
+    tmp_path: Path, encode: Any
+) -> None:
     spans = [span_record(span_id=f"{i:016x}") for i in range(6)]
-    payloads = [encode_rows([span]) for span in spans]
+    payloads = [encode([span]) for span in spans]
     segment = write_log(tmp_path / "wal", payloads)
     expected = [(s.project_id, s.trace_id, s.span_id) for s in spans]
     assert pending_in_log(tmp_path) == expected

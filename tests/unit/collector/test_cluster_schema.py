@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from afr.cli import main
-from collector.model import encode_rows
+from collector.blocks import encode_block
 from collector.store import cluster as cluster_module
 from collector.store.client import ClickHouseStore
 from collector.store.cluster import (
@@ -250,7 +250,7 @@ def written(engine: Engine) -> Engine:
     for store in (engine.single, engine.clustered, engine.mirrored):
         store.set_model_prices(PRICES)
         for position in range(0, len(spans), 50):
-            store.insert_rows(encode_rows(spans[position : position + 50]))
+            store.insert_rows(encode_block(spans[position : position + 50]))
     return engine
 
 

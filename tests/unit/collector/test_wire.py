@@ -36,8 +36,9 @@ from opentelemetry.trace.status import Status as SdkStatus
 from opentelemetry.trace.status import StatusCode
 
 from bench.collector_bench import REALISTIC_SECRET_EVERY_BYTES, make_requests
+from collector.blocks import encode_block
 from collector.decode import DecodeResult, decode_json, decode_protobuf, to_records
-from collector.model import SpanRecord, encode_rows
+from collector.model import SpanRecord
 from collector.pipeline import Processor, process_request
 from collector.privacy import default_processors
 from collector.settings import CollectorSettings
@@ -323,7 +324,7 @@ def test_a_message_sent_twice_goes_back_to_protobuf_which_merges_it(
     processors = default_processors(CollectorSettings(data_dir=tmp_path))
     stored = process_request(processors, raw, False, "p", NOW_NS)
     assert stored.rows == 1
-    assert stored.payload == encode_rows(processors_applied(processors, expected.records))
+    assert stored.payload == encode_block(processors_applied(processors, expected.records))
 
 
 @pytest.mark.parametrize(
