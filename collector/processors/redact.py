@@ -92,6 +92,9 @@ _CLEAN_MAX_CHARS = 256
 # forgotten all at once.
 _RECALL_MIN_CHARS = 64
 _RECALL_MAX_CHARS = 1 << 20
+# A segment's text (this long at least) that came out as it went in is not scanned when it
+# comes again: up to this many characters held, then forgotten all at once.
+_UNCHANGED_MAX_CHARS = 1 << 22
 # A JSON string inside a JSON string: an escaped backslash before a quote or a backslash.
 _NESTED_JSON_STRING = r'\\\\[\\\\"]'
 _MAX_SUBSETS = 1024  # exact matchers for the sets of detectors found together
@@ -325,6 +328,10 @@ class Redactor:
         # of each count it made): _redact_recalling.
         self._recalled: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
         self._recalled_chars = 0
+        # Segments' texts (_RECALL_MIN_CHARS and longer) that came out as they went in, JSON
+        # documents too: left out of the next span's scan (_scan_slots).
+        self._unchanged: set[str] = set()
+        self._unchanged_chars = 0
         self._counted: list[str] | None = None  # the rules _count counted, to remember
         self._json_floats = False  # the document being walked holds a float
         # The patterns the span's scan found in the segment being processed (_scan_slots).
@@ -500,14 +507,33 @@ class Redactor:
         return inner, stripped
 
     def _scan_slots(self, slots: list[_Slot], fired: list[str]) -> None:
-        texts = [slot[3] for slot in slots]
+        # A text seen before in a segment is not scanned again: one that came out as it went
+        # in does so again, and one whose outcome is recalled gets it (_redact_recalling),
+        # in its turn among the others (its Redactions entries keep their order). What
+        # redaction makes of a segment depends on its text alone, and an agent's spans
+        # repeat their conversation's messages, each as an attribute of its own.
+        unchanged, recalled = self._unchanged, self._recalled
+        fresh: list[int] = []  # the positions of the slots scanned
+        known: list[int] = []  # of those whose outcome is recalled
+        for position, slot in enumerate(slots):
+            text = slot[3]
+            if len(text) >= _RECALL_MIN_CHARS:
+                if text in unchanged:
+                    continue
+                if text in recalled and _recallable(text):
+                    known.append(position)
+                    continue
+            fresh.append(position)
+        texts = [slots[position][3] for position in fresh]
         joined = _SEPARATOR.join(texts)
         if len(joined) > self.config.max_scan_bytes:
-            for slot in slots:
-                self._process(slot, fired)
+            for position in sorted(fresh + known):
+                self._process(slots[position], fired)
             return
         view = _escape_view(joined)
         if len(view) < _MIN_SCAN_CHARS:
+            for position in known:
+                self._process(slots[position], fired)
             return
         finder = self._prefilter
         engine, timed = 0, False
@@ -523,11 +549,18 @@ class Redactor:
         except UnicodeEncodeError:
             # A lone surrogate (the decoders never hand one over): RE2 takes UTF-8 only, so
             # each text is looked at on its own, as bytes (or fails closed).
-            for slot in slots:
-                self._process(slot, fired)
+            for position in sorted(fresh + known):
+                self._process(slots[position], fired)
             return
+        # Each touched segment by its position among all, and the recalled ones (-1).
+        turns = sorted([(fresh[index], index) for index in touched] + [(p, -1) for p in known])
+        changed: set[int] = set()
         try:
-            for index in touched:
+            for position, index in turns:
+                if index < 0:
+                    self._segment_ids = None
+                    self._process(slots[position], fired)
+                    continue
                 # The detectors Hyperscan found in the segment stand for every text matched
                 # as it is in it, its bytes as they are there (``_plain_only``). Without
                 # them each text is looked at again.
@@ -535,9 +568,14 @@ class Redactor:
                 self._plain_only = escaped = "\\" in text
                 hiding = escaped and _HIDING_ESCAPE.search(text.encode("utf-8", "surrogatepass"))
                 self._segment_ids = None if found is None or hiding else found[index]
-                self._process(slots[index], fired)
+                before = len(fired)
+                if self._process(slots[position], fired) is not text or len(fired) != before:
+                    changed.add(index)
         finally:
             self._segment_ids = None
+        for index, text in enumerate(texts):
+            if len(text) >= _RECALL_MIN_CHARS and index not in changed:
+                self._remember_unchanged(text)
         if timed:
             # What the engine costs is the selection and the work it leaves: RE2 names no
             # detectors, so each text it selects is looked at again.
@@ -579,6 +617,16 @@ class Redactor:
         self._recalled[text] = (value, relative, tuple(counted))
         self._recalled_chars += size
         return value
+
+    def _remember_unchanged(self, text: str) -> None:
+        if len(text) > _UNCHANGED_MAX_CHARS // 16:
+            return  # one text does not take the memory of many
+        if self._unchanged_chars + len(text) > _UNCHANGED_MAX_CHARS:
+            self._unchanged.clear()
+            self._unchanged_chars = 0
+        if text not in self._unchanged:
+            self._unchanged.add(text)
+            self._unchanged_chars += len(text)
 
     def _recount(self, rules: tuple[str, ...]) -> None:
         if self._counted is not None:
@@ -706,14 +754,15 @@ class Redactor:
             )
         return matcher
 
-    def _process(self, slot: _Slot, fired: list[str]) -> None:
+    def _process(self, slot: _Slot, fired: list[str]) -> str:
+        """Redacts one segment's text into its place; gives what it became."""
         _, target, key, text = slot
         where = _where(slot)
         try:
             if len(text) > self.config.max_scan_bytes:
                 raise _Unprocessable("too large to scan")
             if len(text) <= _CLEAN_MAX_CHARS and text in self._clean:
-                return  # seen before, and it held nothing (an SDK trace id on every span)
+                return text  # seen before, and it held nothing (an SDK trace id on every span)
             before = len(fired)
             if _recallable(text):
                 value = self._redact_recalling(text, where, fired)
@@ -730,6 +779,7 @@ class Redactor:
             setattr(target, key, value)
         else:
             target[key] = value
+        return value
 
     def _redact_value(self, text: str, where: str, fired: list[str], depth: int = 0) -> str:
         if text.lstrip()[:1] in ("{", "["):

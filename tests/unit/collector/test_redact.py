@@ -979,6 +979,102 @@ def test_what_the_redactor_recalls_is_bounded() -> None:
     assert texts[-1] in redactor._recalled  # the newest are the ones kept
 
 
+def _scanned_segments(redactor: Any, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The texts each of the redactor's span scans (``_touched``) is given, scan by scan."""
+    scans: list[list[str]] = []
+    real = redactor._touched
+
+    def spying(view: str, texts: list[str], engine: int) -> Any:
+        scans.append(list(texts))
+        return real(view, texts, engine)
+
+    monkeypatch.setattr(redactor, "_touched", spying)
+    return scans
+
+
+def test_a_segment_seen_before_is_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent's spans repeat their messages, each as an attribute of its own: a text that
+    came out as it went in (a JSON document too), or whose outcome is recalled, is left out
+    of the next span's scan. A JSON document that held a secret is scanned again (its
+    outcome is not recalled); every span is stored as a redactor seeing it first stores it."""
+    clean = "please refund order A-1001, it arrived broken " * 3
+    document = json.dumps({"model": "gpt-4.1-mini", "tool_choice": "auto", "parallel": True})
+    secret = f"write to {EMAIL} about the refund of order A-1001, thanks " * 2
+    secret_document = json.dumps([{"role": "user", "content": secret}])
+    attributes = {"a": clean, "b": document, "c": secret, "d": secret_document}
+    spans = [span_record(span_id=f"{n:016x}", span_attributes=dict(attributes)) for n in range(3)]
+    reference = [copy.deepcopy(span) for span in spans]
+    source = source_module("collector.processors.redact")
+    redactor = source.Redactor(KEY)
+    scans = _scanned_segments(redactor, monkeypatch)
+    redactor(spans)
+    assert clean in scans[0] and secret in scans[0] and document in scans[0]
+    for later in scans[1:]:
+        assert clean not in later and document not in later and secret not in later
+        assert secret_document in later
+    for record in reference:
+        source.Redactor(KEY)([record])
+    assert [dataclasses.asdict(r) for r in spans] == [dataclasses.asdict(r) for r in reference]
+    assert EMAIL not in str([s.span_attributes for s in spans])
+
+
+@pytest.mark.parametrize("recalled_at", [0, 1, 2])
+def test_a_recalled_segment_keeps_its_place_among_the_span_s_redactions(recalled_at: int) -> None:
+    """A segment whose outcome is recalled is not scanned, but its Redactions entries come in
+    its turn among those of the segments scanned with it: the span's list is what redacting
+    every segment again gives, in the same order."""
+    known = f"first message, mail {EMAIL} " + "and more words " * 6
+    fresh = [f"call +1 415 555 01{n:02d} about order {n} " + "more words " * 6 for n in range(3)]
+    texts = [*fresh[:recalled_at], known, *fresh[recalled_at:]]
+    later = span_record(span_attributes={f"m{n}": text for n, text in enumerate(texts)})
+    reference = copy.deepcopy(later)
+    redactor = Redactor(KEY)
+    redactor([span_record(span_attributes={"seen": known})])
+    redactor([later])
+    Redactor(KEY)([reference])
+    assert later.redactions == reference.redactions
+    assert [entry.split(":")[0] for entry in later.redactions] == [f"attr.m{n}" for n in range(4)]
+    assert later.span_attributes == reference.span_attributes
+
+
+@pytest.mark.parametrize("dialect", ["afr", "openinference"])
+def test_requests_after_requests_are_stored_as_each_alone(
+    dialect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One redactor over several requests of agent traces (messages and documents repeated
+    within and across traces) stores, labels and counts what redactors without any memory
+    of texts do, request by request."""
+    requests = make_requests(3, seed=9, secret_every_bytes=2048, dialect=dialect)
+    batches = [to_records(decode_protobuf(raw), "p", 1, None).records for raw in requests]
+    reference = copy.deepcopy(batches)
+    source = source_module("collector.processors.redact")
+    redactor = source.Redactor(KEY)
+    for batch in batches:
+        redactor(batch)
+    assert redactor._unchanged, "texts came again and were left out of scans"
+    monkeypatch.setattr(source, "_RECALL_MIN_CHARS", 10**9)  # no memory of texts at all
+    counts = []
+    for batch in reference:
+        alone = source.Redactor(KEY)
+        alone(batch)
+        counts.append(alone.stats.redactions)
+    flat = [dataclasses.asdict(r) for batch in batches for r in batch]
+    assert flat == [dataclasses.asdict(r) for batch in reference for r in batch]
+    assert redactor.stats.redactions == sum(counts) > 100
+
+
+def test_the_texts_left_out_of_scans_are_bounded() -> None:
+    redactor = Redactor(KEY)
+    large = "words " * (redact_module._UNCHANGED_MAX_CHARS // 16)
+    texts = [f"note {n}: " + "refund " * 2000 for n in range(400)]
+    for text in [large, *texts]:
+        redactor([span_record(span_attributes={"note": text})])
+    held = sum(len(text) for text in redactor._unchanged)
+    assert held <= redact_module._UNCHANGED_MAX_CHARS
+    assert large not in redactor._unchanged
+    assert texts[-1] in redactor._unchanged  # the newest are the ones kept
+
+
 # --- ids that begin like an IBAN --------------------------------------------------------
 _IBAN_LENGTHS = {"ad": 24, "ae": 23, "ba": 20, "be": 16, "de": 22}  # the hex-letter countries
 
