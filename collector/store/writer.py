@@ -191,7 +191,7 @@ class BatchWriter:
                 rows,
                 self.last_error,
             )
-            if not self._insert_isolating(payload):
+            if not self._insert_isolating(payload, rows):
                 self._wal.give_back(batches)
                 self.healthy = False
                 return False
@@ -210,10 +210,10 @@ class BatchWriter:
             return False
         return True
 
-    def _insert_isolating(self, payload: bytes) -> bool:
-        """Bisects ``payload`` (one row per line) until every row is inserted or, alone,
-        refused as malformed; refused rows go to the dead-letter file, never back into the
-        log. False when a transient failure interrupts it: the caller retries the whole
+    def _insert_isolating(self, payload: bytes, rows: int) -> bool:
+        """Bisects ``payload`` (``rows`` rows: one per line, or Native blocks read back into
+        such lines) until every row is inserted or, alone, refused as malformed; refused
+        rows go to the dead-letter file, never back into the log. False when a transient failure interrupts it: the caller retries the whole
         batch later (rows inserted meanwhile are inserted again, harmlessly: the spans
         table replaces duplicates)."""
         prefix = LOGS_PREFIX if is_log_payload(payload) else b""
@@ -223,8 +223,11 @@ class BatchWriter:
             try:
                 lines = json_lines(payload)
             except BlockError as exc:
-                # Not what the workers write (the log's checksum held): kept whole, aside.
+                # Not what the workers write (the log's checksum held): kept whole, aside,
+                # all of its rows.
                 self._wal.dead_letter(payload, NATIVE_DEAD_LETTER)
+                self.dead_lettered_rows += rows
+                self.inserted_rows -= rows
                 logger.error("a batch the store refused is not readable (%s); set aside", exc)
                 return True
         else:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from collector.blocks import encode_block, is_native_payload, payload_rows
+from collector.blocks import NATIVE_PREFIX, encode_block, is_native_payload, payload_rows
 from collector.log_model import LogRecord, encode_log_rows
 from collector.model import SpanRecord, encode_rows
 from collector.store import writer as writer_module
@@ -263,11 +263,14 @@ def test_a_refused_batch_that_does_not_read_as_blocks_is_set_aside_whole(tmp_pat
     store.migrate()
     wal = WriteAheadLog(tmp_path / "wal", max_bytes=1 << 30, fsync=False, retry_after_s=1)
     wal.open()
-    damaged = encode_block(_Rows().take(3))[:-5]  # (the log's CRC holds: written so)
-    asyncio.run(wal.append(Batch(damaged, 3)))
+    rows = _Rows()
+    whole, cut = encode_block(rows.take(2)), encode_block(rows.take(3))
+    damaged = whole + cut[len(NATIVE_PREFIX) : -5]  # a readable block, then one cut short
+    asyncio.run(wal.append(Batch(damaged, 5)))  # (the log's CRC holds: written so)
     writer = BatchWriter(_Refusing(store, b"-", native_too=True), wal, max_rows=100, interval_s=1)
     assert writer.flush(), "the log moves on"
     assert (tmp_path / "wal" / NATIVE_DEAD_LETTER).read_bytes() == damaged
     assert wal.ready_rows == 0
+    assert (writer.dead_lettered_rows, writer.inserted_rows) == (5, 0)
     wal.close()
     store.close()
