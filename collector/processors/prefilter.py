@@ -145,6 +145,18 @@ class Prefilter:
             # Its patterns stand for text beyond ASCII only over shadows: over UTF-8 they
             # would miss a letter beyond ASCII, and a secret with it.
             raise ValueError("a bytes-only prefilter was given text beyond ASCII, not its shadow")
+        # This thread's pairs by key: the memoized builders hash the tuple of every pattern
+        # on each call (~180 strings), a cost paid per scan, several scans per span.
+        chosen = getattr(self._local, "chosen", None)
+        if chosen is None:
+            chosen = self._local.chosen = {}
+        key = (reported_only, ascii_only, every)
+        pair = chosen.get(key)
+        if pair is None:
+            pair = chosen[key] = self._build(reported_only, ascii_only, every)
+        return pair
+
+    def _build(self, reported_only: bool, ascii_only: bool, every: bool) -> tuple[Any, Any]:
         if every:
             database = _every_match(self._patterns, self.side, self._loose, ascii_only)
         else:

@@ -300,6 +300,33 @@ def test_threads_share_one_prefilter() -> None:
     assert expected and all(found == expected for found in results)
 
 
+def test_each_thread_scans_with_its_own_scratch_and_keeps_it() -> None:
+    """A scan looks its database and scratch space up once per thread and kind (not through
+    the memoized builders, which hash every pattern on each call): the same pair again in
+    one thread, the same database with another scratch in another (a scratch space serves
+    one scan at a time)."""
+    finder = prefilter.Prefilter([d.pattern for d in BUILTIN_DETECTORS])
+    kinds = [(reported, ascii_only, every) for reported in (True, False)
+             for ascii_only in (True, False) for every in (True, False)]  # fmt: skip
+    mine = {kind: finder._database(*kind) for kind in kinds}
+    for kind in kinds:  # (compiled, a pair is boxed anew on each return: compared by parts)
+        again = finder._database(*kind)
+        assert again[0] is mine[kind][0] and again[1] is mine[kind][1]
+    theirs: dict[tuple[bool, bool, bool], tuple[Any, Any]] = {}
+    thread = threading.Thread(
+        target=lambda: theirs.update({k: finder._database(*k) for k in kinds})
+    )
+    thread.start()
+    thread.join()
+    for kind in kinds:
+        database, scratch = mine[kind]
+        assert theirs[kind][0] is database
+        assert database is None or theirs[kind][1] is not scratch
+    # Scans through the kept pairs still find what they did.
+    text = b"mail someone@example.com"
+    assert finder.ids(text) == finder.ids(text) and finder.ids(text)
+
+
 def test_select_only_patterns_find_segments_but_are_never_reported() -> None:
     finder = prefilter.Prefilter([r"ab", r"c+d"], select_only=[1])
     assert finder.ids(b"xx ccd ab") == {0}
