@@ -45,6 +45,15 @@ def add_worker_parser(commands: argparse._SubParsersAction[argparse.ArgumentPars
     worker.set_defaults(func=_worker)
 
 
+def _resident_mib() -> int:
+    """This process's resident memory (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _up(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -100,6 +109,16 @@ def _up(args: argparse.Namespace) -> int:
                 f"  recovered {collector.recovered_rows} acknowledged spans from the write-ahead log"
             )
         sys.stdout.flush()
+        # Started: what only chDB's start-up read of its library goes back (ADR 55).
+        from collector.store.client import release_start_up_pages
+
+        before = _resident_mib()
+        if release_start_up_pages():
+            logging.getLogger("afr.up").info(
+                "gave back the embedded store's start-up pages: resident %d -> %d MiB",
+                before,
+                _resident_mib(),
+            )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

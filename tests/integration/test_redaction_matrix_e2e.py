@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -704,3 +705,18 @@ def test_undecodable_bodies_are_refused_without_echoing_content(
         assert any(c.isdigit() for c in refusal.message), f"no position in {refusal.message!r}"
     leaked = LeakScanner({"echo": ECHO_SECRET}).scan_all(refusal.message)
     assert not leaked, f"the answer echoes the content: {refusal.message[:300]!r}"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_PAGEOUT is Linux's")
+def test_each_afr_up_gave_back_its_stores_start_up_pages_and_stored_every_span(
+    outcome: Outcome,
+) -> None:
+    """Once serving, ``afr up`` gives back the pages of chDB's library only its start-up
+    read (ADR 55); the three processes above then stored every delivery (the first test)."""
+    for name in ("first", "restarted", "read"):
+        released = re.search(
+            r"gave back the embedded store's start-up pages: resident (\d+) -> (\d+) MiB",
+            outcome.logs[name],
+        )
+        assert released is not None, f"afr up ({name}) logged no release"
+        assert int(released[2]) < int(released[1]) - 50

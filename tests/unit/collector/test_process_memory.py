@@ -93,6 +93,69 @@ def test_the_embedded_store_tunes_its_allocator_unless_the_operator_did(
     assert json.loads(done.stdout) == expected
 
 
+# A store opened and used as a collector starts, then chDB's start-up pages given back, then
+# used again: what of its library is resident at each step, and what the store gives.
+RELEASE_PAGES = """
+import json, os, sys, time
+from collector.blocks import encode_block
+from collector.store.client import ClickHouseStore, release_start_up_pages
+from tests.records import span_record
+
+def library_kib(field="Rss:"):
+    library = os.path.realpath(sys.modules["chdb._chdb"].__file__)
+    total, inside = 0, False
+    for line in open("/proc/self/smaps"):
+        fields = line.split()
+        if not fields[0].endswith(":"):
+            inside = len(fields) >= 6 and fields[5] == library
+        elif inside and fields[0] == field:
+            total += int(fields[1])
+    return total
+
+store = ClickHouseStore("chdb://" + sys.argv[1])
+store.migrate()
+now = time.time_ns()
+store.insert_rows(encode_block([span_record(trace_id=f"{n:032x}", timestamp_ns=now) for n in range(3)]))
+before, written = library_kib(), library_kib("Anonymous:")
+advised = release_start_up_pages()
+after, written_after = library_kib(), library_kib("Anonymous:")
+store.insert_rows(encode_block([span_record(trace_id=f"{n:032x}", timestamp_ns=now) for n in range(3, 5)]))
+print(json.dumps({
+    "advised": advised, "before": before, "after": after, "used_again": library_kib(),
+    "written": written, "written_after": written_after,
+    "spans": store.query("SELECT count() FROM {db}.otel_traces FINAL")[0][0],
+    "runs": store.query("SELECT count() FROM {db}.run_summary")[0][0],
+}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_PAGEOUT is Linux's")
+def test_the_embedded_stores_start_up_pages_go_back_and_the_store_works_on(
+    tmp_path: Path,
+) -> None:
+    """``afr up``, once serving, gives back the pages of chDB's library that only its
+    start-up read (ADR 55): ~180 MiB of the collector's resident memory, of which an
+    ingesting collector reads about half again; the store works on."""
+    done = subprocess.run(
+        [sys.executable, "-c", RELEASE_PAGES, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    if figures["advised"] == 0:
+        pytest.skip("this kernel does not take MADV_PAGEOUT (Linux 5.4+)")
+    assert figures["before"] > 50 * 1024  # KiB: the library as start-up left it
+    assert figures["after"] < figures["before"] / 4
+    # The pages the loader wrote (relocations) are left where they are: never swapped out.
+    assert figures["written"] > 0 and figures["written_after"] == figures["written"]
+    assert figures["used_again"] < figures["before"]
+    assert (figures["spans"], figures["runs"]) == (5, 5)
+
+
 # The pool's own initializer, then 200k allocations of cyclic garbage (a list holding itself).
 WORKER_GARBAGE = """
 import gc, json, os, pickle, sys
