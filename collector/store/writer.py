@@ -271,8 +271,13 @@ def _kind(payload: bytes) -> int:
 
 def _joined(batches: list[Batch]) -> bytes:
     """One insert body of batches of one kind: log rows keep one ``LOGS_PREFIX``, blocks one
-    ``NATIVE_PREFIX`` (blocks concatenate)."""
+    ``NATIVE_PREFIX`` (blocks concatenate). The records are copied once, into the body:
+    each one's prefix is left out through a view, not a slice (a copy of each record, then
+    of the joined body to put the prefix before it: ~35 MB three times over per insert)."""
+    if len(batches) == 1:
+        return batches[0].payload
     for prefix in (LOGS_PREFIX, NATIVE_PREFIX):
         if batches[0].payload.startswith(prefix):
-            return prefix + b"".join(b.payload[len(prefix) :] for b in batches)
-    return b"".join(b.payload for b in batches)
+            skip = len(prefix)
+            return b"".join([prefix, *[memoryview(b.payload)[skip:] for b in batches]])
+    return b"".join([b.payload for b in batches])

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from collector.blocks import NATIVE_PREFIX, encode_block, is_native_payload, payload_rows
-from collector.log_model import LogRecord, encode_log_rows
+from collector.log_model import LOGS_PREFIX, LogRecord, encode_log_rows
 from collector.model import SpanRecord, encode_rows
 from collector.store import writer as writer_module
 from collector.store.client import ClickHouseStore
@@ -215,6 +215,39 @@ def test_a_log_of_every_record_format_goes_in_whole_after_a_restart(tmp_path: Pa
     assert writer.dead_lettered_rows == 0
     recovered.close()
     recording.close()
+
+
+@pytest.mark.parametrize("count", [1, 2, 5])
+@pytest.mark.parametrize("kind", ["native", "json", "logs"])
+def test_an_insert_body_is_its_records_joined_under_one_prefix_and_goes_in(
+    tmp_path: Path, kind: str, count: int
+) -> None:
+    """The writer copies the records once into the insert's body (each one's prefix left
+    out through a view): the body is exactly the records' rows under one prefix, and the
+    store takes it whole."""
+    rows = _Rows()
+    if kind == "logs":
+        payloads = [
+            encode_log_rows([_log_record(10 * n + i) for i in range(3)]) for n in range(count)
+        ]
+        prefix = LOGS_PREFIX
+    else:
+        encode = encode_block if kind == "native" else encode_rows
+        payloads = [encode(rows.take(3)) for _ in range(count)]
+        prefix = NATIVE_PREFIX if kind == "native" else b""
+    body = writer_module._joined([Batch(payload, 3) for payload in payloads])
+    assert type(body) is bytes
+    assert body == prefix + b"".join(payload[len(prefix) :] for payload in payloads)
+    store = ClickHouseStore(f"chdb://{tmp_path / 'chdb'}", "joined")
+    store.migrate()
+    store.insert_rows(body)
+    counted = store.query(
+        "SELECT count() FROM {db}.otel_logs"
+        if kind == "logs"
+        else "SELECT count() FROM {db}.otel_traces"
+    )
+    assert counted == [(3 * count,)]
+    store.close()
 
 
 class _Refusing(_Recording):
