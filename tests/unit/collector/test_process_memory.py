@@ -58,6 +58,22 @@ def test_an_ingest_worker_builds_its_processors_without_the_servers(tmp_path: Pa
     assert [m for m in SERVER_MODULES if m in loaded["modules"]] == []
 
 
+def _run_on_a_store(script: str, store: Path, env: dict[str, str] | None = None) -> Any:
+    """What ``script`` prints (JSON), run in a fresh interpreter from the checkout's root
+    with ``store`` (a chDB directory) as its argument."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 OPEN_STORE = """
 import json, os, sys
 from collector.store.client import ClickHouseStore
@@ -81,16 +97,7 @@ def test_the_embedded_store_tunes_its_allocator_unless_the_operator_did(
     env = {k: v for k, v in os.environ.items() if k != "JE_MALLOC_CONF"}
     if operator is not None:
         env["JE_MALLOC_CONF"] = operator
-    done = subprocess.run(
-        [sys.executable, "-c", OPEN_STORE, str(tmp_path / "store")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == expected
+    assert _run_on_a_store(OPEN_STORE, tmp_path / "store", env=env) == expected
 
 
 # A store opened and used as a collector starts, then chDB's start-up pages given back, then
@@ -136,16 +143,7 @@ def test_the_embedded_stores_start_up_pages_go_back_and_the_store_works_on(
     """``afr up``, once serving, gives back the pages of chDB's library that only its
     start-up read (ADR 55): ~180 MiB of the collector's resident memory, of which an
     ingesting collector reads about half again; the store works on."""
-    done = subprocess.run(
-        [sys.executable, "-c", RELEASE_PAGES, str(tmp_path / "store")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=Path(__file__).resolve().parents[3],
-    )
-    assert done.returncode == 0, done.stderr
-    figures = json.loads(done.stdout)
+    figures = _run_on_a_store(RELEASE_PAGES, tmp_path / "store")
     if figures["advised"] == 0:
         pytest.skip("this kernel does not take MADV_PAGEOUT (Linux 5.4+)")
     assert figures["before"] > 50 * 1024  # KiB: the library as start-up left it
