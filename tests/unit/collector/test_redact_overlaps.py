@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from collector.processors import redact as redact_module
 from collector.processors.redact import Redactor
 from collector.processors.rules import is_sensitive_key
 from tests.records import span_record
@@ -32,6 +31,7 @@ from tests.secret_corpus import (
     gen_openai_key,
 )
 from tests.secretgen import PROVIDER_GENERATORS
+from tests.source_modules import source_module
 
 KEY = b"unit-test-overlaps-key"
 _rng = random.Random(20261206)
@@ -373,7 +373,10 @@ def test_looking_again_at_a_turned_down_span_searches_only_that_span() -> None:
     end. A match found there keeps its whole length, and one after the span is not taken."""
     redactor = Redactor(KEY)
     email = gen_email(_rng).text
-    others = redact_module._matcher(
+    # The searches are recorded in the module run from source (a compiled matcher takes
+    # only its own kind of pattern).
+    source = source_module("collector.processors.redact")
+    others = source._matcher(
         [d for d in redactor._detectors if d.name in ("email", "key_value_secret")],
         redactor._options,
     )
@@ -381,11 +384,11 @@ def test_looking_again_at_a_turned_down_span_searches_only_that_span() -> None:
     spy = dataclasses.replace(others, data=recording)
     view = f"note: password: hunter2 and more words\nthen {email}".encode()
     start, end = view.index(b"password"), view.index(b"hunter2") + 3  # the span cuts the value
-    found = list(redact_module._within(spy, view, start, end))
+    found = list(source._within(spy, view, start, end))
     assert [m.group().rstrip() for m, _ in found] == [b"password: hunter2 and more words"]
-    limit = end + redact_module._LOOK_PAST  # (a match starting inside may need more text)
+    limit = end + source._LOOK_PAST  # (a match starting inside may need more text)
     assert recording.bounds and all(endpos <= limit for _, endpos in recording.bounds)
-    assert list(redact_module._within(others, view, end, view.index(b"then"))) == []
+    assert list(source._within(others, view, end, view.index(b"then"))) == []
     # Dense text: each turned-down match costs its span, not the rest of the text.
     text = "owner " + email + " " + "sid=123456789 " * 10_000
     stored, rules = _redacted(redactor, text)
