@@ -308,9 +308,10 @@ def _read_results_whole(pool: ProcessPoolExecutor) -> None:
     """The pool's results read into one buffer each. multiprocessing reads a message with
     ``os.read`` calls of all that remains (each a fresh allocation of the whole size, cut
     to what came), copied into a growing ``BytesIO`` that pickle then copies from: a
-    request's ~1.8 MB of rows cost 1.1 ms of the collector's CPU to receive, 0.3 read
-    straight into one ``bytearray`` (``os.readv``). Where the result queue is not where
-    CPython keeps it (another Python, another system) it is left as it is."""
+    request's ~1.8 MB of rows cost the collector 1.9 ms of CPU to receive on a quiet
+    machine and 3.7 with other work running (more, smaller reads), against 1.5-1.9 and 1.8
+    read straight into one ``bytearray`` (``os.readv``; ADR 47). Where the result queue is
+    not where CPython keeps it (another Python, another system) it is left as it is."""
     reader: Any = getattr(getattr(pool, "_result_queue", None), "_reader", None)
     try:
         handle = reader.fileno()
