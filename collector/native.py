@@ -36,6 +36,7 @@ __all__ = ["MODULES", "NATIVE_DIR", "active", "digests", "install", "manifest_fo
 MODULES: tuple[str, ...] = (
     "collector.blocks",
     "collector.decode",
+    "collector.model",
     "collector.processors.normalize",
     "collector.processors.prefilter",
     "collector.processors.redact",
