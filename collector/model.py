@@ -199,7 +199,7 @@ class SpanRecord:
     def __reduce__(self) -> tuple[type[SpanRecord], tuple[Any, ...]]:
         # Compiled, the class's __new__ runs __init__: pickle and copy cannot make an empty
         # record and fill it in, so they call the constructor with every field, in order.
-        return (SpanRecord, _field_values(self))
+        return (type(self), _field_values(self))
 
     def original_attributes(self) -> dict[str, str]:
         """The span's attributes as they arrived (after redaction/truncation)."""
