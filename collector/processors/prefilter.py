@@ -409,10 +409,11 @@ def _every_match(
     side patterns, reporting every match (not each pattern's first)."""
     chosen = {i: _expression(p) for i, p in enumerate(patterns) if i not in side}
     chosen.update((i, _expression(p)) for i, p in loose)
-    # Each pattern cut to what every one of its matches begins with (``_head``): the same
+    # Each pattern cut to a part every one of its matches holds (``_cut_or_whole``): the same
     # segments, without one report per byte of a long token (a key's 40 letters past the 20
-    # its pattern needs); the patterns whole if Hyperscan will not take the cuts.
-    heads = {i: _head_or_whole(expression) for i, expression in chosen.items()}
+    # its pattern needs), and from a literal where a loose start would make Hyperscan look at
+    # every word; the patterns whole if Hyperscan will not take the cuts.
+    heads = {i: _cut_or_whole(expression) for i, expression in chosen.items()}
     for flags in (0, _EVERY) if ascii_only else (_EVERY,):
         for expressions in (heads, chosen):
             database = _database(expressions, flags)
@@ -499,13 +500,104 @@ def _alternatives(pattern: str) -> list[str]:
     return parts
 
 
-def _head_or_whole(expression: bytes) -> bytes:
-    """``_head`` of a Hyperscan expression; the expression itself where the cut cannot read
-    it (syntax RE2 took that this reader does not know stays whole, never stops a start)."""
+def _cut_or_whole(expression: bytes) -> bytes:
+    """``_head`` of ``_from_literal`` of a Hyperscan expression: a pattern every match of
+    ``expression`` holds a match of, within the match. The segments scan finds the same
+    segments with it, since no match runs over a segment's end (the NUL between two). The
+    expression itself where the cut cannot read it (syntax RE2 took that this reader does not
+    know stays whole, never stops a start)."""
     try:
-        return _head(expression.decode()).encode()
+        return _head(_from_literal(expression.decode())).encode()
     except (IndexError, ValueError):
         return expression
+
+
+def _from_literal(pattern: str) -> str:
+    """``pattern`` with each alternative begun where Hyperscan can start from a literal: its
+    leading assertions (``\\b``), optional atoms and characters of a set
+    (``[a-z0-9._-]*?``, ``[0-9a-f]+``: ``_loose_start``) left off when what follows begins
+    with a literal every way it can match (``(?:otp|cvv2?|pin)``, ``-``, ``@``). What is
+    left matches the end of the alternative's match, so every match of ``pattern`` holds a
+    match of it. A start Hyperscan cannot anchor on a literal made it try every word of the
+    text (bench/README.md, stop 53). An alternative in which no literal follows its loose
+    start (a US SSN's ``\\d{3}(?:[ -]|[\\x01])\\d{2}``, an IBAN's ``(?i:[A-Z]{2}...)``) is
+    kept whole: a digit or a letter is no narrower than the word boundary before it. A
+    leading ``(?i)`` is read as the group it scopes, ``(?i:...)``."""
+    if pattern.startswith("(?i)"):
+        return f"(?i:{_from_literal(pattern[4:])})"
+    cut: list[str] = []
+    for alternative in _alternatives(pattern):
+        atoms = _atoms(alternative)
+        if atoms is not None:
+            start = 0
+            while start < len(atoms) - 1 and _loose_start(atoms[start][0], atoms[start][1]):
+                start += 1
+            atom, quantifier = atoms[start]
+            if start and not quantifier and _begins_with_literal(atom):
+                alternative = "".join(a + q for a, q in atoms[start:])
+        cut.append(alternative)
+    return "|".join(cut)
+
+
+_CLASS_ESCAPES = frozenset("dDwWsSpPC")
+
+
+def _is_class(atom: str) -> bool:
+    """Whether ``atom`` stands for one character of a set (a class, a class escape, ``.``)."""
+    if atom[:1] == "\\":
+        return atom[1:2] in _CLASS_ESCAPES
+    return atom == "." or atom.startswith("[")
+
+
+def _least(quantifier: str) -> int:
+    """The least count of ``quantifier`` (1 without one)."""
+    counted = _QUANTIFIER.fullmatch(quantifier) if quantifier else None
+    if counted is None:
+        return 1
+    if counted.group(1):
+        return int(counted.group(1))
+    return 1 if quantifier[0] == "+" else 0
+
+
+def _loose_start(atom: str, quantifier: str) -> bool:
+    """Whether a leading ``atom`` may be left off the start of a match: an assertion, an
+    optional atom, or one character of a set however repeated (``[0-9a-f]+``, ``\\d{3}``, a
+    group of classes: an e-mail address's ``(?:\\b[A-Za-z0-9._%+-]|[\\x01])``)."""
+    return atom in _ZERO_WIDTH or _least(quantifier) == 0 or _is_class_like(atom)
+
+
+def _is_class_like(atom: str) -> bool:
+    """Whether ``atom`` stands for one character of a set: a class, or a group each of
+    whose alternatives is one class (after assertions, if any)."""
+    if _is_class(atom):
+        return True
+    opening = next((o for o in ("(?:", "(?i:") if atom.startswith(o)), "")
+    if not opening:
+        return False
+    for alternative in _alternatives(atom[len(opening) : -1]):
+        atoms = _atoms(alternative)
+        if atoms is None:
+            return False
+        core = [(a, q) for a, q in atoms if a not in _ZERO_WIDTH]
+        if len(core) != 1 or core[0][1] or not _is_class(core[0][0]):
+            return False
+    return True
+
+
+def _begins_with_literal(atom: str) -> bool:
+    """Whether every match of ``atom`` begins with a literal character: the character
+    itself, an escaped one (``\\.``, ``\\x01``), or a group each of whose alternatives
+    begins so, once."""
+    if atom.startswith("("):
+        opening = next((o for o in ("(?:", "(?i:") if atom.startswith(o)), "(")
+        if opening == "(" and atom[1:2] == "?":
+            return False  # a flag group, a look-around, or syntax this does not read
+        for alternative in _alternatives(atom[len(opening) : -1]):
+            atoms = _atoms(alternative)
+            if not atoms or _least(atoms[0][1]) == 0 or not _begins_with_literal(atoms[0][0]):
+                return False
+        return True
+    return atom not in _ZERO_WIDTH and not _is_class(atom) and atom not in ("^", "$")
 
 
 def _head(pattern: str) -> str:

@@ -12,6 +12,7 @@ and safe to share between threads.
 from __future__ import annotations
 
 import base64
+import bisect
 import copy
 import dataclasses
 import itertools
@@ -41,7 +42,7 @@ from collector.processors.redact import (
 )
 from collector.processors.rules import WIDE_LETTER, WIDE_SEPARATOR, Detector, RedactionConfig
 from tests.records import span_record
-from tests.secret_corpus import Kind, Secret, look_alikes
+from tests.secret_corpus import Kind, Secret, all_kinds, look_alikes
 from tests.unit.collector.test_redact_matrix import KEY, KINDS, PLACEMENTS, planted
 
 pytestmark = pytest.mark.skipif(not prefilter.AVAILABLE, reason="hyperscan is not installed")
@@ -781,7 +782,7 @@ def test_the_builtin_detectors_heads_compile_together() -> None:
     ]
     assert all(shadow is not None for shadow in shadows)
     expressions = {
-        i: prefilter._head(prefilter._expression(shadow).decode()).encode()
+        i: prefilter._cut_or_whole(prefilter._expression(shadow))
         for i, shadow in enumerate(shadows)
         if shadow is not None
     }
@@ -800,7 +801,101 @@ def test_the_builtin_detectors_heads_compile_together() -> None:
 
 @pytest.mark.parametrize("expression", [rb"ab[c", rb"(ab", rb"\x{41"])
 def test_a_pattern_the_cut_cannot_read_is_scanned_whole(expression: bytes) -> None:
-    assert prefilter._head_or_whole(expression) == expression
+    assert prefilter._cut_or_whole(expression) == expression
+
+
+@pytest.mark.parametrize(
+    ("pattern", "cut"),
+    [
+        # Leading assertions, optional atoms and open repeats of a class, before a literal.
+        (r"\bnpm_[A-Za-z0-9]{36}", r"npm_[A-Za-z0-9]{36}"),
+        (r"\b[0-9a-f]+-[0-9a-f]{8}-[0-9a-f]{8}", r"-[0-9a-f]{8}-[0-9a-f]{8}"),
+        (r"[a-z0-9._-]*?key=[a-z]+", r"key=[a-z]+"),
+        (r"[\w.]{2,}@[a-z]+", r"@[a-z]+"),
+        (r"[a-z]{3,5}@x", r"@x"),
+        (r"(?:\b[a-z.]|[\x01])(?:[a-z.+-]|[\x01])*@[a-z]+", r"@[a-z]+"),
+        (r"\\?\"private_key_id\"", r"\"private_key_id\""),
+        # Before a group each of whose alternatives begins with a literal.
+        (r"\b(?:[a-z0-9.-]*_)?(?:otp|cvv2?|pin)=\d+", r"(?:otp|cvv2?|pin)=\d+"),
+        (r"\b(?i:ab|c(?:d|e))x", r"(?i:ab|c(?:d|e))x"),
+        # A leading (?i) read as the group it scopes; each alternative on its own.
+        (r"(?i)\b[a-z]*?(?:secret|token)=\w+|\bsk_\w+", r"(?i:(?:secret|token)=\w+|sk_\w+)"),
+        (r"\bab|\b[0-9]+:AA|\d{3}x|\d+", r"ab|:AA|x|\d+"),
+        (r"\b\d{3}-\d{2}-\d{4}", r"-\d{2}-\d{4}"),
+        # Kept whole: no literal follows the loose start (a class, a group of classes, an
+        # optional or asserted start inside a group), or nothing would be left.
+        (r"\b\d{3}(?:[ -]|[\x01])\d{2}", r"\b\d{3}(?:[ -]|[\x01])\d{2}"),
+        (r"\b(?i:[A-Z]{2}\d{2})", r"\b(?i:[A-Z]{2}\d{2})"),
+        (r"(?:\+\d{1,3})?\(?\b\d{3}-\d{4}", r"-\d{4}"),
+        (r"(?:\+\d{1,3})?\(?\b\d{3}[ -]\d{4}", r"(?:\+\d{1,3})?\(?\b\d{3}[ -]\d{4}"),
+        (r"\b(?:(?:x|y)?z|w)q", r"\b(?:(?:x|y)?z|w)q"),
+        (r"\b(?:\bz|w)q", r"\b(?:\bz|w)q"),
+        (r"\b(?s:a.)q", r"\b(?s:a.)q"),
+        (r"[a-z]+x+", r"[a-z]+x+"),
+        (r"\b[a-z]+", r"\b[a-z]+"),
+        (r"a*", r"a*"),
+    ],
+)
+def test_the_segments_scan_starts_each_pattern_at_a_literal(pattern: str, cut: str) -> None:
+    """Each alternative begins where Hyperscan can start from a literal, and every match of
+    the pattern holds a match of the cut, inside it: the segments scan finds the same
+    segments (a match never runs over the NUL between two), without trying every word."""
+    assert prefilter._from_literal(pattern) == cut
+    re2.compile(cut)
+    rng = random.Random(5)
+    letters = "abcdekpqswxyz_-.:=+@()AKSZ0123456789 "
+    words = ["npm_", "otp=", "cvv=", "pin=", "key=", "secret=", "token=", "sk_", ":AA", "@x"]
+    for _ in range(300):
+        text = "".join(
+            rng.choice(words) if rng.random() < 0.15 else rng.choice(letters) for _ in range(50)
+        )
+        for match in re2.finditer(pattern, text):
+            assert re2.search(cut, text[match.start() : match.end()]) is not None, (pattern, text)
+
+
+def test_the_builtin_detectors_cuts_find_every_segment_their_patterns_match_in() -> None:
+    """Over the builtin detectors (as the redactor scans them, shadows), the segments scan
+    with each pattern cut finds every segment the whole pattern matches in: on text made of
+    each detector's own examples and their near misses, cut at NULs into segments."""
+    import hyperscan
+
+    shadows = [
+        prefilter.shadow_pattern(d.pattern, WIDE_LETTER, WIDE_SEPARATOR) for d in BUILTIN_DETECTORS
+    ]
+    whole = {
+        i: prefilter._expression(shadow) for i, shadow in enumerate(shadows) if shadow is not None
+    }
+    cut = {i: prefilter._cut_or_whole(expression) for i, expression in whole.items()}
+    assert sum(cut[i] != whole[i] for i in whole) > len(whole) // 2  # most are cut
+
+    def segments(expressions: dict[int, bytes], data: bytes, starts: list[int]) -> set[Any]:
+        database = prefilter._database(expressions, 0)
+        assert database is not None
+        found: set[tuple[int, int]] = set()
+
+        def report(pattern: int, start: int, end: int, flags: int, context: Any) -> bool:
+            found.add((bisect.bisect_right(starts, end - 1) - 1, pattern))
+            return False
+
+        database.scan(data, match_event_handler=report, scratch=hyperscan.Scratch(database))
+        return found
+
+    rng = random.Random(11)
+    texts = [kind.generate(rng).text for kind in all_kinds().values() for _ in range(2)]
+    texts += [text for found in look_alikes(rng, 3).values() for text in found]
+    texts = [text.replace("\x00", "") for text in texts]
+    matched = 0
+    for _ in range(len(texts) // 8):
+        parts = [
+            f"{rng.choice(['', 'x', 'note: ', 'id=', '_'])}{text}{rng.choice(['', ' ', '.'])}"
+            for text in rng.sample(texts, 12)
+        ]
+        data = prefilter.shadow("\x00".join(parts).encode())
+        starts = [0, *(i + 1 for i, byte in enumerate(data) if byte == 0)]
+        expected = segments(whole, data, starts)
+        assert segments(cut, data, starts) >= expected
+        matched += len(expected)
+    assert matched > len(texts)  # the texts are what the detectors match
 
 
 @pytest.mark.parametrize("engine", [1, 0])
