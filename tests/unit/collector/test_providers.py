@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Callable
 
 import pytest
 import re2
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.model import SpanRecord
-from collector.processors import prefilter
+from collector.processors import prefilter, providers
 from collector.processors.providers import (
     PROVIDER_DETECTORS,
     REPLACED_RULES,
@@ -36,6 +37,7 @@ from tests.secretgen import (
     DIGITS,
     GENERIC_SHAPES,
     HEX,
+    LETTERS,
     LOWER,
     PROVIDER_GENERATORS,
     PROVIDER_LOOK_ALIKES,
@@ -502,3 +504,57 @@ def test_a_key_named_like_a_credential_still_hides_its_value(
                 stored = record.span_attributes["note"] + record.output
                 assert _VALUE not in stored, (text, stored)
                 assert record.redactions, text
+
+
+def _letters_body(rng: random.Random, count: int) -> str:
+    """``count`` random letters of both cases, and no digit: a body a random base62 token
+    has 1 time in 66 (24 characters) to 1 in 280 (32). Not one that reads as a name."""
+    while True:
+        body = chars(rng, LETTERS, count)
+        cases = any(c.islower() for c in body) and any(c.isupper() for c in body)
+        if cases and not providers._a_name(body):
+            return body
+
+
+# Every provider whose check asks a random body to mix cases and digits: its token with a
+# body of letters alone (the shape, built from the body).
+DIGIT_FREE: dict[str, Callable[[random.Random], str]] = {
+    "nightfall_key": lambda rng: "NF-" + _letters_body(rng, 32),
+    "fireworks_key": lambda rng: "fw_" + _letters_body(rng, 24),
+    "render_key": lambda rng: "rnd_" + _letters_body(rng, 32),
+    "voyage_key": lambda rng: "pa-" + _letters_body(rng, 43),
+    "gocardless_token": lambda rng: "live_" + _letters_body(rng, 40),
+    "scalingo_token": lambda rng: "tk-us-" + _letters_body(rng, 48),
+    "clickhouse_cloud_key": lambda rng: "4b1d" + _letters_body(rng, 38),
+    "resend_key": lambda rng: f"re_{_letters_body(rng, 8)}_{_letters_body(rng, 24)}",
+    "vault_token": lambda rng: "s." + _letters_body(rng, 24),
+    "grafana_token": lambda rng: "glc_" + _letters_body(rng, 40),
+    "sendgrid_key": lambda rng: f"SG.{_letters_body(rng, 22)}.{_letters_body(rng, 43)}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIGIT_FREE))
+def test_a_token_whose_random_body_holds_no_digit_is_found(redactor: Redactor, name: str) -> None:
+    """A body of letters of both cases is as much the token's shape as one with digits: a
+    random body has no digit often enough (1 in 66 at 24 characters) that asking for one
+    let real credentials through."""
+    for seed in range(6):
+        token = DIGIT_FREE[name](random.Random(f"digit-free:{name}:{seed}"))
+        assert (name, token) in findings(f"the key {token} here"), token
+        record = _span(f"before {token} after", json.dumps({"content": token}))
+        redactor([record])
+        assert token not in record.span_attributes["note"] + record.output, token
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NF-" + "qzkxmvbnwlprtyhgfdsaqwerzxcvbnml",  # one case only
+        "fw_FirmwareUpdateControllerImplV",  # a name in both cases
+        "SG.com.example.longpackagename.subpackage.module.ClassNameHere.method",
+        "glc_This_Is_A_Placeholder_For_Your_Grafana_Cloud_Token",
+        "s.ThisIsTheDefaultSessionName",
+    ],
+)
+def test_a_body_of_letters_that_is_no_generated_token_stays(text: str) -> None:
+    assert findings(f"see {text} here") == []
