@@ -807,7 +807,8 @@ def test_a_pattern_the_cut_cannot_read_is_scanned_whole(expression: bytes) -> No
 @pytest.mark.parametrize(
     ("pattern", "cut"),
     [
-        # Leading assertions, optional atoms and open repeats of a class, before a literal.
+        # Leading assertions, optional atoms and characters of a set (however repeated), before
+        # a literal.
         (r"\bnpm_[A-Za-z0-9]{36}", r"npm_[A-Za-z0-9]{36}"),
         (r"\b[0-9a-f]+-[0-9a-f]{8}-[0-9a-f]{8}", r"-[0-9a-f]{8}-[0-9a-f]{8}"),
         (r"[a-z0-9._-]*?key=[a-z]+", r"key=[a-z]+"),
