@@ -571,8 +571,8 @@ def _is_class_like(atom: str) -> bool:
     whose alternatives is one class (after assertions, if any)."""
     if _is_class(atom):
         return True
-    opening = next((o for o in ("(?:", "(?i:") if atom.startswith(o)), "")
-    if not opening:
+    opening = _group_opening(atom)
+    if opening is None:
         return False
     for alternative in _alternatives(atom[len(opening) : -1]):
         atoms = _atoms(alternative)
@@ -584,13 +584,22 @@ def _is_class_like(atom: str) -> bool:
     return True
 
 
+def _group_opening(atom: str) -> str | None:
+    """The opening of a group ``atom`` whose inside these readers read: ``(?:``, ``(?i:`` or
+    a plain ``(``; None for any other atom (a flag group, a look-around, no group)."""
+    if not (atom.startswith("(") and atom.endswith(")")):
+        return None
+    opening = next((o for o in ("(?:", "(?i:") if atom.startswith(o)), "(")
+    return None if opening == "(" and atom[1:2] == "?" else opening
+
+
 def _begins_with_literal(atom: str) -> bool:
     """Whether every match of ``atom`` begins with a literal character: the character
     itself, an escaped one (``\\.``, ``\\x01``), or a group each of whose alternatives
     begins so, once."""
     if atom.startswith("("):
-        opening = next((o for o in ("(?:", "(?i:") if atom.startswith(o)), "(")
-        if opening == "(" and atom[1:2] == "?":
+        opening = _group_opening(atom)
+        if opening is None:
             return False  # a flag group, a look-around, or syntax this does not read
         for alternative in _alternatives(atom[len(opening) : -1]):
             atoms = _atoms(alternative)
@@ -614,21 +623,14 @@ def _head(pattern: str) -> str:
             return pattern
         while atoms:
             atom, quantifier = atoms[-1]
-            counted = _QUANTIFIER.fullmatch(quantifier) if quantifier else None
-            least = 1
-            if counted is not None:
-                least = (
-                    int(counted.group(1))
-                    if counted.group(1)
-                    else (1 if quantifier[0] == "+" else 0)
-                )
+            least = _least(quantifier)
             if atom in _ZERO_WIDTH or least == 0:
                 atoms.pop()
                 continue
-            if least == 1 and atom.startswith("(") and atom.endswith(")"):
-                opening = next((o for o in ("(?:", "(?i:") if atom.startswith(o)), "(")
-                inner = _head(atom[len(opening) : -1]) if atom[1] != "?" or opening != "(" else None
-                if inner is not None and inner != atom[len(opening) : -1]:
+            opening = _group_opening(atom)
+            if least == 1 and opening is not None:
+                inner = _head(atom[len(opening) : -1])
+                if inner != atom[len(opening) : -1]:
                     atoms[-1] = (f"{opening}{inner})", "")
                     break
             if quantifier:
