@@ -484,22 +484,73 @@ def _airtable(value: str) -> str | None:
 
 
 # A name in code or a file's: its letters and digits in words ("Uniform", "Random", "2024")
-# that are most of it, each word of three or more with a vowel unless in capitals (HTTP).
+# that are most of it, each word of three or more with a vowel unless in capitals (HTTP),
+# spelled as words are (_spelled_as_words).
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 _VOWELS = frozenset("aeiouyAEIOUY")
+# How a pair of letters inside a word reads: log2 of how much more often it occurs in names
+# and prose than among random letters, held to -6..3, as one digit (score + 6) per pair from
+# "aa" to "zz" ("th" 9, "qx" 0). Counted by scripts/name_pairs.py, which prints it.
+_PAIR_SCORES = (
+    "278815707059890709896555726243700256072163054270105080428318607743941758611040"
+    "842692408106227205666102408588687242398947699937686270226620800511810745600030"
+    "501180556005355107645200218002900070134270042540002066877670404879963789460506"
+    "200060000000004000403000004001702260030312014020401084369910801823840378732060"
+    "854391007014567801536000208289968270555586129966004056784450525889770978866421"
+    "853482046018138608577020600000000000040100000070000093669471805468942788653070"
+    "717294468065437843897340608265941990354386087782428265657540500778370878000000"
+    "700080006000104000000000006003500670030450064000200041616200500220060017000220"
+    "2323400040033637026601300240006000400000200000000020"
+)
+
+
+_LETTER_RUNS = re.compile(r"[a-z]+")
+
+
+def _spelled_as_words(words: list[str]) -> bool:
+    """Whether the letter pairs of ``words`` (three letters or more, not in capitals) score
+    0 or more on average: "Uniform", "Random", "postgresql" do; "Kzgxjay", "Hbgbkdyxf",
+    which a random token cut at its case changes is made of, do not."""
+    score = count = 0
+    for word in words:
+        if len(word) < 3 or not word.isalpha() or word.isupper():
+            continue
+        letters = word.lower()
+        for index in range(len(letters) - 1):
+            pair = (ord(letters[index]) - 97) * 26 + ord(letters[index + 1]) - 97
+            score += ord(_PAIR_SCORES[pair]) - 54  # the digit's value less 6
+            count += 1
+    return score >= 0
 
 
 def _a_name(text: str) -> bool:
     """``text`` reads as a name (``recording-2024-05-01-Team-Standup``,
     ``UniformRandomNumberGenerator32Bit``, ``reranker_v2_base_multilingual``), not a
     generated token: four of five of its letters and digits in words of three or more,
-    each with a vowel. A random token of 24 mixed-case letters and digits passes 1 time in
-    ~750, of 40 in ~14,000; so it is checked only where a short prefix meets words."""
+    each with a vowel, spelled as words are. Of 64,000 identifiers of 20 to 60 characters
+    (Python's own and its packages') 94% read so. A random token of mixed-case letters
+    and digits reads so 1 time in ~2,400 at 20 characters, ~24,000 at 24 (by the vowels
+    alone, 1 in 176 and ~700); so it is checked only where a short prefix meets words."""
     words = _WORD.findall(text)
     total = sum(map(len, words))
     if not total or 5 * sum(len(w) for w in words if len(w) >= 3) < 4 * total:
         return False
-    return all(not _VOWELS.isdisjoint(w) for w in words if len(w) >= 3 and w[-1].islower())
+    if not all(not _VOWELS.isdisjoint(w) for w in words if len(w) >= 3 and w[-1].islower()):
+        return False
+    return _spelled_as_words(words)
+
+
+def _octopus(value: str) -> str | None:
+    """API-<26 of A-Z0-9>, looking generated: three digits or more, or fewer where its runs
+    of letters are not spelled as words (``API-V2ENDPOINTSFORPRODUCTIONUSE`` is a name). A
+    random body has fewer than three digits 1 time in 77, none 1 in 4,700: asking for three
+    stored those keys whole."""
+    body = value[4:]
+    if _after(4, 36)(value) is None:
+        return None
+    if sum(c.isdigit() for c in body) >= 3:
+        return value
+    return None if _spelled_as_words(_LETTER_RUNS.findall(body.lower())) else value
 
 
 def _token(prefix_length: int, alphabet_size: int = 62, classes: int = 1) -> Accept:
@@ -627,12 +678,8 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"\b(?:pat|sat)\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{18,24}\b",
         _last_field("."),
     ),
-    Detector(  # API-<26> (gl octopus-deploy-api-key); some digits ("API-V2ENDPOINTS…" is a name)
-        "octopus_key",
-        r"\bAPI-[A-Z0-9]{24,30}\b",
-        lambda value: (
-            value if sum(c.isdigit() for c in value) >= 3 and _after(4, 36, 2)(value) else None
-        ),
+    Detector(  # API-<26> (gl octopus-deploy-api-key); "API-V2ENDPOINTS…" is a name
+        "octopus_key", r"\bAPI-[A-Z0-9]{24,30}\b", _octopus
     ),
     Detector("prefect_token", r"\bpnu_[A-Za-z0-9]{34,40}\b", _after(4, 62, 2)),  # gl
     Detector("infracost_token", r"\bico-[A-Za-z0-9]{30,36}\b", _after(4, 62, 2)),  # gl
@@ -1096,8 +1143,11 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         _random_part(lambda value: value[7:].replace("-", ""), 16),
     ),
     Detector("rootly_key", r"\brootly_[a-f0-9]{62,68}\b", _after(7, 16)),  # th
-    Detector(  # th saladcloudapikey
-        "saladcloud_key", r"\bsalad_cloud_[A-Za-z0-9]{1,7}_[A-Za-z0-9]{20,}", _token_field("_")
+    Detector(  # th saladcloudapikey; both fields read as one name or not (20 characters
+        # alone read as one 1 time in ~3,000)
+        "saladcloud_key",
+        r"\bsalad_cloud_[A-Za-z0-9]{1,7}_[A-Za-z0-9]{20,}",
+        lambda value: None if _a_name(value[12:]) else _last_field("_")(value),
     ),
     # 3MVG9<80+> connected-app consumer keys, 5AEP861<80+> refresh tokens, <org id>!<token>
     # access tokens (th salesforceoauth2, salesforcerefreshtoken, salesforce).

@@ -278,6 +278,18 @@ def test_base64_payloads_are_not_taken_apart(seed: int, payload: str) -> None:
         "fw_UpdateFirmwareImageOnDevice2",
         "re_search_AllMatchesInTheDocument1",
         "NF-PROCESSINGQUEUE2024NOVEMBERBATCH01",
+        # Technical words, whose letter pairs prose has few of (sql, json, oauth, k8s).
+        "live_postgresql_connection_pool_settings_v2",
+        "fw_GrafanaDatasourceHandler2",
+        "pa-kubernetes-cluster-autoscaler-config-2024-v2",
+        "salad_cloud_v2_JsonSchemaValidatorStrict",
+        "rnd_OauthCallbackHandlerForLogin",
+        "NF-KubernetesNodePoolAutoscaler2",
+        "re_search_JsonSchemaValidatorStrict1",
+        "ory_at_SqliteBackupJobForTheNightlyRun",
+        # Octopus' API-<26 capitals and digits>, spelled as words, with few digits or none.
+        "API-REFERENCEDOCUMENTATIONINDEX",
+        "API-DEPLOYMENTPIPELINESTAGE2",
     ],
 )
 def test_names_that_open_with_a_providers_prefix_stay(text: str) -> None:
