@@ -484,8 +484,8 @@ def _airtable(value: str) -> str | None:
 
 
 # A name in code or a file's: its letters and digits in words ("Uniform", "Random", "2024")
-# that are most of it, each word of three or more with a vowel unless in capitals (HTTP),
-# spelled as words are (_spelled_as_words).
+# that are most of it, each word of three or more with a vowel unless in capitals (HTTP) or
+# short (Mcp), spelled as words are (_spelled_as_words).
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 _VOWELS = frozenset("aeiouyAEIOUY")
 # How a pair of letters inside a word reads: log2 of how much more often it occurs in names
@@ -525,17 +525,20 @@ def _spelled_as_words(words: list[str]) -> bool:
 
 def _a_name(text: str) -> bool:
     """``text`` reads as a name (``recording-2024-05-01-Team-Standup``,
-    ``UniformRandomNumberGenerator32Bit``, ``reranker_v2_base_multilingual``), not a
-    generated token: four of five of its letters and digits in words of three or more,
-    each with a vowel, spelled as words are. Of 64,000 identifiers of 20 to 60 characters
-    (Python's own and its packages') 94% read so. A random token of mixed-case letters
-    and digits reads so 1 time in ~2,400 at 20 characters, ~24,000 at 24 (by the vowels
-    alone, 1 in 176 and ~700); so it is checked only where a short prefix meets words."""
+    ``UniformRandomNumberGenerator32Bit``, ``reranker_v2_base_multilingual``,
+    ``RealtimeMcpApprovalRequestParam``), not a generated token: four of five of its letters
+    and digits in words of three or more, each with a vowel but two of four letters at most
+    (``Mcp``, ``Http``, ``Sql``), spelled as words are. Of 64,000 identifiers of 20 to 60
+    characters (Python's own and its packages') 98.8% read so. A random token of mixed-case
+    letters and digits reads so 1 time in ~1,750 at 20 characters, ~17,000 at 24 (by the
+    vowels alone, 1 in 176 and ~700); so it is checked only where a short prefix meets
+    words."""
     words = _WORD.findall(text)
     total = sum(map(len, words))
     if not total or 5 * sum(len(w) for w in words if len(w) >= 3) < 4 * total:
         return False
-    if not all(not _VOWELS.isdisjoint(w) for w in words if len(w) >= 3 and w[-1].islower()):
+    voiceless = [w for w in words if len(w) >= 3 and w[-1].islower() and _VOWELS.isdisjoint(w)]
+    if len(voiceless) > 2 or any(len(w) > 4 for w in voiceless):
         return False
     return _spelled_as_words(words)
 

@@ -287,6 +287,12 @@ def test_base64_payloads_are_not_taken_apart(seed: int, payload: str) -> None:
         "NF-KubernetesNodePoolAutoscaler2",
         "re_search_JsonSchemaValidatorStrict1",
         "ory_at_SqliteBackupJobForTheNightlyRun",
+        # Short words without a vowel (Mcp, Http, Gcp, Sql), which agents' names are full of.
+        "NF-RealtimeMcpApprovalRequestParam",
+        "fw_SyncHttpClientWrapper2024",
+        "rnd_GcpApphubDestinationWorkload",
+        "live_McpToolApprovalFilterAlwaysRequiredNow",
+        "pa-sql-query-builder-for-the-analytics-warehouse",
         # Octopus' API-<26 capitals and digits>, spelled as words, with few digits or none.
         "API-REFERENCEDOCUMENTATIONINDEX",
         "API-DEPLOYMENTPIPELINESTAGE2",
