@@ -623,3 +623,39 @@ def test_a_random_body_that_once_read_as_a_name_is_redacted(redactor: Redactor, 
     stored = record.span_attributes["note"] + record.output
     assert token not in stored and token[-12:] not in stored, stored
     assert record.redactions, token
+
+
+def _stepping(rng: random.Random, count: int, start: str = "") -> str:
+    """``count`` hex characters after ``start``, none a step of -1, 0 or 1 from the one
+    before (no run: what ``looks_random`` asks of a text apart from its blocks)."""
+    out = start
+    while len(out) < len(start) + count:
+        char = rng.choice(HEX)
+        if not out or abs(ord(char) - ord(out[-1])) > 1:
+            out += char
+    return out[len(start) :]
+
+
+@pytest.mark.parametrize("length", range(8, 17))
+def test_a_random_short_body_is_no_repeat_unless_a_block_repeats(length: int) -> None:
+    """A repeat is a block twice at least: against a period longer than half the text, a
+    random text's head and tail agree by chance (1 in 16 of nine hex characters against a
+    period of 8; every text of eight), and such keys were stored whole."""
+    rng = random.Random(f"repeat:{length}")
+    checked = 0
+    for _ in range(300):
+        head = _stepping(rng, 3)
+        middle = _stepping(rng, length - 6, head)
+        body = head + middle + head  # its head recurs at its tail
+        if len(body) == length and abs(ord(head[0]) - ord(body[-4])) > 1 and len(set(body)) >= 5:
+            assert looks_random(body, 16), body
+            checked += 1
+        block = chars(rng, HEX, max(1, length // 3))
+        assert not looks_random((block * length)[:length], 16), block
+    assert checked > 100
+
+
+@pytest.mark.parametrize("token", ["FLWSECK_TEST541c730e541", "FLWSECK_TEST3f9a0c7e3f"])
+def test_a_short_body_whose_head_recurs_at_its_tail_is_found(token: str) -> None:
+    """Flutterwave's FLWSECK_TEST<12 hex>, cut short by one: its tail repeats its head."""
+    assert findings(f"see {token} here") == [("flutterwave_key", token)]
