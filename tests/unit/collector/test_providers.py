@@ -589,6 +589,7 @@ def test_random_bodies_at_the_shortest_read_as_no_name(name: str) -> None:
     whole; the 20 characters of a SaladCloud key's last field alone read as one 1 time in
     ~3,000. The first of each through the whole alternation, the rest by the check."""
     generate, accept = SHORTEST[name], ACCEPT[name]
+    assert accept is not None, name
     kept = []
     for seed in range(2000):
         token = generate(random.Random(f"shortest:{name}:{seed}"))
