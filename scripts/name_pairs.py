@@ -26,26 +26,22 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-# As providers._WORD splits a text into words.
-_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from collector.processors.providers import _WORD, _scored
+
 _TOKEN = re.compile(r"[A-Za-z]+")
 _IDENTIFIER = re.compile(r"\b[A-Za-z][A-Za-z0-9_]{19,60}\b")
 _PAIRS = [a + b for a in string.ascii_lowercase for b in string.ascii_lowercase]
 _FLOOR = 1e-5  # a pair never seen counts as this frequent (and scores -6)
 
 
-def _words(text: str) -> Iterator[str]:
-    """The words ``_a_name`` scores: three letters or more, not in capitals."""
-    for word in _WORD.findall(text):
-        if len(word) >= 3 and word.isalpha() and not word.isupper():
-            yield word.lower()
-
-
 def _count(texts: Iterator[str]) -> Counter[str]:
+    """The letter pairs of the words ``_a_name`` scores, in ``texts``."""
     counts: Counter[str] = Counter()
     for text in texts:
-        for word in _words(text):
-            counts.update(a + b for a, b in itertools.pairwise(word))
+        for word in filter(_scored, _WORD.findall(text)):
+            counts.update(a + b for a, b in itertools.pairwise(word.lower()))
     return counts
 
 

@@ -510,19 +510,24 @@ _PAIR_SCORES = (
 _LETTER_RUNS = re.compile(r"[a-z]+")
 
 
+def _scored(word: str) -> bool:
+    """Whether a word's letter pairs are scored (and counted, scripts/name_pairs.py): three
+    letters or more, not in capitals (an acronym is not spelled)."""
+    return len(word) >= 3 and word.isalpha() and not word.isupper()
+
+
 def _spelled_as_words(words: list[str]) -> bool:
-    """Whether the letter pairs of ``words`` (three letters or more, not in capitals) score
-    0 or more on average: "Uniform", "Random", "postgresql" do; "Kzgxjay", "Hbgbkdyxf",
-    which a random token cut at its case changes is made of, do not."""
-    score = count = 0
+    """Whether the letter pairs of ``words`` (those ``_scored``) score 0 or more on average:
+    "Uniform", "Random", "postgresql" do; "Kzgxjay", "Hbgbkdyxf", which a random token cut
+    at its case changes is made of, do not."""
+    score = 0
     for word in words:
-        if len(word) < 3 or not word.isalpha() or word.isupper():
+        if not _scored(word):
             continue
         letters = word.lower()
         for index in range(len(letters) - 1):
             pair = (ord(letters[index]) - 97) * 26 + ord(letters[index + 1]) - 97
             score += ord(_PAIR_SCORES[pair]) - 54  # the digit's value less 6
-            count += 1
     return score >= 0
 
 
@@ -552,24 +557,29 @@ def _octopus(value: str) -> str | None:
     random body has fewer than three digits 1 time in 77, none 1 in 4,700: asking for three
     stored those keys whole."""
     body = value[4:]
-    if _after(4, 36)(value) is None:
+    if not looks_random(body, 36):
         return None
     if sum(c.isdigit() for c in body) >= 3:
         return value
     return None if _spelled_as_words(_LETTER_RUNS.findall(body.lower())) else value
 
 
+def _no_name(named: Callable[[str], str], generated: Accept) -> Accept:
+    """``generated``, unless ``named(value)`` reads as a name (``_a_name``)."""
+    return lambda value: None if _a_name(named(value)) else generated(value)
+
+
 def _token(prefix_length: int, alphabet_size: int = 62, classes: int = 1) -> Accept:
     """What follows the prefix looks generated, mixes ``classes``, and is no name."""
     generated = _after(prefix_length, alphabet_size, classes)
-    return lambda value: None if _a_name(value[prefix_length:]) else generated(value)
+    return _no_name(lambda value: value[prefix_length:], generated)
 
 
 def _token_field(separator: str, alphabet_size: int = 62, classes: int = 1) -> Accept:
     """The part after the last ``separator`` looks generated, mixes ``classes``, and is
     no name."""
     generated = _last_field(separator, alphabet_size, classes)
-    return lambda value: None if _a_name(value.rsplit(separator, 1)[-1]) else generated(value)
+    return _no_name(lambda value: value.rsplit(separator, 1)[-1], generated)
 
 
 def _mixed(value: str) -> str | None:
@@ -1153,7 +1163,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         # alone read as one 1 time in ~3,000)
         "saladcloud_key",
         r"\bsalad_cloud_[A-Za-z0-9]{1,7}_[A-Za-z0-9]{20,}",
-        lambda value: None if _a_name(value[12:]) else _last_field("_")(value),
+        _no_name(lambda value: value[12:], _last_field("_")),
     ),
     # 3MVG9<80+> connected-app consumer keys, 5AEP861<80+> refresh tokens, <org id>!<token>
     # access tokens (th salesforceoauth2, salesforcerefreshtoken, salesforce).
