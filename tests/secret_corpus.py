@@ -35,6 +35,7 @@ from urllib.parse import quote, unquote
 
 __all__ = [
     "CORE_KINDS",
+    "CUT_TRAILERS",
     "NESTED_PSEUDONYM",
     "PIECE_CHARS",
     "PSEUDONYM",
@@ -389,6 +390,31 @@ def _pem_after(prefix: str) -> Generator:
     return generate
 
 
+# What follows a key cut short in a tool's output: its END line never came.
+CUT_TRAILERS = (
+    "",
+    "\n... [output truncated]",
+    "\u2026",
+    "\n$ ",
+    "\n```",
+    " for the job.",
+    "'}",
+    "\n[truncated: 2048 more bytes]",
+    "<EOF>",
+    "\\n...",
+)
+
+
+def gen_pem_cut(rng: random.Random) -> Secret:
+    """A key cut off after some of its body, anywhere up to its END line, and whatever
+    comes after the cut (an output limit's note, an ellipsis, a closing quote)."""
+    block, _ = _pem_block(rng)
+    begin = block.index("\n") + 1
+    cut = rng.randint(begin + 64, len(block) - 1)
+    body = block[begin:cut]
+    return _with_parts(block[:cut] + rng.choice(CUT_TRAILERS), *body.split("\n"))
+
+
 def gen_cli_credentials(rng: random.Random) -> Secret:
     """``-u user:password`` (curl's flag), as the whole value too: the rule's start of text
     (``^``) holds for the value alone, not where it sits among a span's other texts."""
@@ -590,6 +616,7 @@ CORE_KINDS: dict[str, Kind] = {
         Kind("pem_spaced_assign", _pem_after("PRIVATE_KEY = ")),
         Kind("pem_yaml", _pem_after("private_key: ")),
         Kind("pem_env_dump", gen_pem_env_dump),
+        Kind("pem_cut", gen_pem_cut),
         Kind("cli_credentials", gen_cli_credentials),
         Kind("jwt", gen_jwt),
         Kind("openai_key", gen_openai_key),

@@ -416,6 +416,13 @@ def _newrelic(value: str) -> str | None:
     return value if looks_random(value[5:], 36) else None
 
 
+def _yandex_iam(value: str) -> str | None:
+    """t1.<base64url>.<86 base64url>: both parts look generated."""
+    _, first, second = value.split(".", 2)
+    ok = looks_random(first.rstrip("="), 64) and looks_random(second.rstrip("="), 64)
+    return value if ok else None
+
+
 def _square(value: str) -> str | None:
     body = value[4:] if value[:4] == "EAAA" else value[7:]
     return value if looks_random(body, 64) and _classes(body) >= 2 else None
@@ -820,6 +827,14 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     # Tencent Cloud SecretId: AKID<32> (Tencent Cloud CAM docs; not in gl/th).
     Detector("tencent_key", r"\bAKID[A-Za-z0-9]{30,36}\b", _after(4, 62, 2)),
+    # Yandex Cloud: AQVN<35-38> API keys; t1.<base64url>.<86> IAM tokens (gl yandex-*,
+    # which ask for "yandex" before them: the prefix and the two parts mark them alone).
+    Detector("yandex_key", r"\bAQVN[A-Za-z0-9_-]{33,40}", _token(4, 64, 2)),
+    Detector(
+        "yandex_token",
+        r"\bt1\.[A-Za-z0-9_-]{20,}={0,2}\.[A-Za-z0-9_-]{80,92}={0,2}",
+        _yandex_iam,
+    ),
     # ABSK<base64> long-lived keys (base64 of "BedrockAPIKey-..."); short-lived ones open
     # with the base64 of "bedrock.amazonaws.com" (gl aws-amazon-bedrock-api-key-*).
     Detector(
@@ -893,6 +908,8 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector("pulumi_token", r"\bpul-[A-Za-z0-9]{38,44}\b", _after(4, 16)),  # gl, th
     # hvs./hvb./hvr.: service, batch, recovery tokens; OSS Vault service tokens are
+    # sha256~<43> OpenShift user (OAuth access) tokens (gl openshift-user-token, th).
+    Detector("openshift_token", r"\bsha256~[A-Za-z0-9_-]{40,46}", _token(7, 64, 2)),
     # hvs.<24>, HCP ones ~90 (gl vault-*, th hashicorpvault, cs).
     # Before Vault 1.10: s.<24> service tokens (gl vault-service-token), only when the 24
     # mix upper case, lower case and digits ("s.getElementsByTagNameNS" is code).
@@ -940,11 +957,12 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         _grafana,
         verify=_grafana_verified,
     ),
-    # NRAK-<27> user keys, NRII/NRIQ insights keys, <32 hex>FFFFNRAL license keys
-    # (gl new-relic-*, th newrelic*).
+    # NRAK-<27> user keys, NRII/NRIQ insights keys, NRJS-<19 hex> browser keys, <32
+    # hex>FFFFNRAL license keys (gl new-relic-*, th newrelic*).
     Detector(
         "newrelic_key",
-        r"\b(?:NRAK-[A-Z0-9]{25,31}\b|NRI[IQ]-[A-Za-z0-9_-]{23,36}|(?:eu01xx)?[0-9a-f]+FFFFNRAL\b)",
+        r"\b(?:NRAK-[A-Z0-9]{25,31}\b|NRI[IQ]-[A-Za-z0-9_-]{23,36}|NRJS-[a-f0-9]{17,21}\b|"
+        r"(?:eu01xx)?[0-9a-f]+FFFFNRAL\b)",
         _newrelic,
     ),
     # sntryu_<64 hex>; sntrys_<base64 JSON>_<43> org tokens (gl sentry-*, th, cs).
@@ -1180,6 +1198,8 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"\b(?:pi|seti)_[A-Za-z0-9]{14,30}_secret_[A-Za-z0-9]{20,30}\b",
         _last_field("_", 62, 2),
     ),
+    # dnkey-<26>-<52> Defined Networking (Nebula) API keys (gl, th definednetworking).
+    Detector("defined_networking_key", r"\bdnkey-[A-Za-z0-9=_-]{72,86}", _token(6, 64, 2)),
     # tskey-<kind>-<id>-<secret> (th tailscale)
     Detector(
         "tailscale_key",

@@ -486,11 +486,14 @@ _XML_NAME = rf"(?:[a-z0-9_.:-]*?(?:{_PASSWORD_KEYS}|token|{_KEY_END_KEYS}))"
 _TOKEN_KEYS = r"(?:access|auth|refresh|id|session|bearer|csrf)?[_-]?token|session[_-]?id|sessid|sid"  # noqa: S105
 
 DETECTORS: tuple[Detector, ...] = (
-    # A key cut off before its END line (an attribute length limit) is still a key.
+    # A key cut off before its END line (an attribute length limit, a tool's output cut
+    # short: "... [output truncated]", "…", a closing quote) is still a key: without its END
+    # line the match runs over its body's characters as far as they go.
     Detector(
         "pem_private_key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----[A-Za-z0-9+/=\s\\:,()-]*?"
-        r"(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|$)",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        r"(?:[A-Za-z0-9+/=\s\\:,()-]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        r"|[A-Za-z0-9+/=\s\\:,()-]*)",
     ),
     Detector("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
     Detector("openai_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),

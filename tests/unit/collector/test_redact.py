@@ -39,6 +39,7 @@ from collector.processors.rules import (
 from tests.records import span_record
 from tests.secret_corpus import (
     CORE_KINDS,
+    CUT_TRAILERS,
     WIDE_SEPARATORS,
     card_digits,
     gen_anthropic_key,
@@ -477,6 +478,37 @@ def test_name_value_pairs_and_header_lists(redactor: Redactor) -> None:
     assert "abcdef123456" not in record.input
     assert "zyx987654" not in record.input
     assert stored["headers"][2] == {"name": "accept", "value": "json"}
+
+
+_CUT_KEY = gen_pem_bare(random.Random("a key cut short"))
+_CUT_BEGIN = _CUT_KEY.text.index("\n") + 1
+
+
+@pytest.mark.parametrize("trailer", CUT_TRAILERS, ids=repr)
+@pytest.mark.parametrize(
+    "cut",
+    [_CUT_BEGIN + 64, _CUT_BEGIN + 200, len(_CUT_KEY.text) - 20, len(_CUT_KEY.text) - 3],
+    ids=["first-line", "mid-body", "before-end-line", "in-end-line"],
+)
+@pytest.mark.parametrize("carrier", ["text", "json", "repr"])
+def test_a_key_cut_short_is_replaced_whatever_follows_the_cut(
+    redactor: Redactor, trailer: str, cut: int, carrier: str
+) -> None:
+    """A tool's output cut off inside a private key: without its END line, the body is
+    replaced up to the cut, whatever text follows it."""
+    output = _CUT_KEY.text[:cut] + trailer
+    payload = {
+        "text": output,
+        "json": json.dumps({"stdout": output, "exit_code": 0}),
+        "repr": repr({"stdout": output}),
+    }[carrier]
+    record = span(span_attributes={"tool.output": payload})
+    redactor([record])
+    stored = record.span_attributes["tool.output"]
+    body = _CUT_KEY.text[_CUT_BEGIN:cut].replace("\n", "")
+    flat = stored.replace("\\n", "").replace("\n", "")
+    assert not any(body[i : i + 12] in flat for i in range(0, len(body) - 11)), stored
+    assert any(f.endswith(":pem_private_key") for f in record.redactions), record.redactions
 
 
 @pytest.mark.parametrize(
