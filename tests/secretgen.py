@@ -23,6 +23,7 @@ import json
 import random
 import re
 import string
+import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -419,6 +420,17 @@ def _fixed(prefix: str, alphabet: str, count: int, last: str = ALNUM) -> Generat
     return lambda rng: prefix + chars(rng, alphabet, count - 1) + rng.choice(last)
 
 
+def _lower_digits(rng: random.Random, count: int) -> str:
+    """``count`` random lower-case letters and digits, two of each at least, the last one
+    a letter or digit."""
+    body = list(chars(rng, LOWER + DIGITS, count))
+    for index, klass in zip(
+        rng.sample(range(count), 4), (LOWER, LOWER, DIGITS, DIGITS), strict=True
+    ):
+        body[index] = rng.choice(klass)
+    return "".join(body)
+
+
 def _all_classes(prefix: str, count: int, alphabet: str = ALNUM) -> Generator:
     """``prefix`` + ``count`` random characters, two of them at least of each of lower
     case, upper case and digits (so that no single typo takes a class away), the last one
@@ -719,6 +731,57 @@ PROVIDER_GENERATORS: dict[str, Generator] = {
             f"FLWSECK_TEST{chars(rng, HEX, 12)}",
         ]
     ),
+    "razorpay_key": _either(_fixed("rzp_live_", ALNUM, 14), _fixed("rzp_test_", ALNUM, 14)),
+    "ramp_key": _fixed("ramp_sec_", ALNUM, 48),
+    "azure_refresh_token": lambda rng: (
+        f"{rng.choice('01')}.A{chars(rng, ALNUM, 70)}.Ag{chars(rng, B64URL, 299)}{rng.choice(ALNUM)}"
+    ),
+    "azure_container_registry_key": lambda rng: (
+        rng.choice(ALNUM) + chars(rng, ALNUM + "+/", 41) + "+ACR" + chars(rng, ALNUM, 6)
+    ),
+    "azure_apim_key": lambda rng: (
+        f"git&{_digits(rng, 12)}&{chars(rng, ALNUM + '+/', 85)}{rng.choice(ALNUM)}=="
+    ),
+    "deno_token": _either(_fixed("ddp_", ALNUM, 36), _fixed("ddw_", ALNUM, 36)),
+    "spectralops_token": lambda rng: "spu-" + _lower_digits(rng, 32),
+    "pganalyze_key": _fixed("pgar_", ALNUM, 27),
+    "portainer_token": _all_classes("ptr_", 40),
+    "aws_appsync_key": lambda rng: "da2-" + _lower_digits(rng, 26),
+    "teamwork_token": _fixed("tkn.v1_", ALNUM, 71),
+    "zoho_token": lambda rng: f"1000.{chars(rng, HEX, 32)}.{chars(rng, HEX, 32)}",
+    "launchdarkly_key": lambda rng: (
+        rng.choice(["api-", "sdk-"]) + str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    ),
+    "gemini_exchange_key": _either(_all_classes("master-", 20), _all_classes("account-", 20)),
+    "tableau_token": lambda rng: chars(rng, ALNUM, 22) + "==:" + chars(rng, ALNUM, 32),
+    "storyblok_token": lambda rng: (
+        f"{chars(rng, ALNUM, 22)}tt-{_digits(rng, 6)}-{chars(rng, B64URL, 19)}{rng.choice(ALNUM)}"
+    ),
+    "airtable_oauth_token": lambda rng: (
+        f"oaa{chars(rng, ALNUM, 14)}.v1.{chars(rng, B64URL, 59)}{rng.choice(ALNUM)}."
+        + chars(rng, HEX, 64)
+    ),
+    "alchemy_token": _fixed("alcht_", ALNUM, 30),
+    "apideck_key": _fixed("sk_live_", ALNUM + "-", 93),
+    "checkout_key": lambda rng: (
+        "sk_" + rng.choice(["", "sbox_", "test_"]) + str(uuid.UUID(int=rng.getrandbits(128)))
+    ),
+    "tickettailor_key": lambda rng: f"sk_{_digits(rng, 4)}_{_digits(rng, 6)}_{chars(rng, HEX, 32)}",
+    "photoroom_key": lambda rng: f"sk_pr_{_lower_digits(rng, 8)}_{chars(rng, HEX, 40)}",
+    "recharge_key": lambda rng: (
+        f"sk_{rng.choice(['', 'test_'])}{rng.choice(['1x1', '2x2', '3x3'])}_{chars(rng, HEX, 64)}"
+    ),
+    "sk_prefixed_key": lambda rng: "sk_" + _lower_digits(rng, 32),
+    "clickup_key": lambda rng: f"pk_{_digits(rng, 8)}_{chars(rng, UPPER_ALNUM, 32)}",
+    "telnyx_key": _all_classes("KEY", 55),
+    "ecostruxure_key": _all_classes("AK1", 52),
+    "close_key": _all_classes("api_", 45),
+    "convertapi_key": _all_classes("secret_", 16),
+    "column_key": _either(_all_classes("test_", 27), _all_classes("live_", 27)),
+    "finage_key": _fixed("API_KEY", UPPER_ALNUM, 32, UPPER_ALNUM),
+    "smooch_key": lambda rng: "act_" + _lower_digits(rng, 24),
+    "dfuse_key": lambda rng: "web_" + _lower_digits(rng, 32),
+    "besttime_key": _fixed("pri_", HEX, 32, HEX),
 }
 
 
@@ -1055,6 +1118,56 @@ PROVIDER_LOOK_ALIKES: dict[str, Generator] = {
     "flutterwave_key": _one_of(
         lambda rng: "FLWSECK_TEST-" + "0" * 32 + "-X", _prose("FLWPUBK keys are public keys")
     ),
+    "razorpay_key": _one_of(_placeholder("rzp_live_", 14), _prose("keys look like rzp_live_...")),
+    "ramp_key": _placeholder("ramp_sec_", 48),
+    "azure_refresh_token": lambda rng: "0.A" + "x" * 60 + ".Ag" + "x" * 300,
+    "azure_container_registry_key": lambda rng: "A" * 42 + "+ACR" + "000000",
+    "azure_apim_key": lambda rng: "git&000000000000&" + "x" * 86 + "==",
+    "deno_token": _placeholder("ddp_", 36),
+    "spectralops_token": _placeholder("spu-", 32),
+    "pganalyze_key": _placeholder("pgar_", 27),
+    "portainer_token": _one_of(
+        _placeholder("ptr_", 40),
+        _prose("ptr_to_the_next_node_in_the_list", "ptr_NodeListHead2Pointer"),
+    ),
+    "aws_appsync_key": _placeholder("da2-", 26),
+    "teamwork_token": _placeholder("tkn.v1_", 71),
+    "zoho_token": lambda rng: "1000." + "0" * 32 + "." + "f" * 32,
+    "launchdarkly_key": _one_of(
+        _prose("api-keys are made in the console"),
+        lambda rng: "sdk-00000000-0000-4000-8000-000000000000",
+    ),
+    "gemini_exchange_key": _prose(
+        "account-SettingsPageController2", "master-BranchProtectionRules1"
+    ),
+    "tableau_token": lambda rng: "A" * 22 + "==:" + "x" * 32,
+    "storyblok_token": lambda rng: "x" * 22 + "tt-123456-" + "x" * 20,
+    "airtable_oauth_token": lambda rng: "app.v1." + "x" * 30 + "." + "0" * 32,
+    "alchemy_token": _placeholder("alcht_", 30),
+    "apideck_key": _prose("Apideck keys begin with sk_live_ as Stripe's do."),
+    "checkout_key": lambda rng: "sk_00000000-0000-0000-0000-000000000000",
+    "tickettailor_key": lambda rng: "sk_0000_000000_" + "0" * 32,
+    "photoroom_key": lambda rng: "sk_pr_default_" + "0" * 40,
+    "recharge_key": lambda rng: "sk_1x1_" + "0" * 64,
+    "sk_prefixed_key": _one_of(
+        _placeholder("sk_", 32),
+        _prose("sk_ThisIsAVeryLongIdentifierName", "struct sk_buff_head *list", "sk_live_ keys"),
+    ),
+    "clickup_key": lambda rng: "pk_12345678_" + "X" * 32,
+    "telnyx_key": _prose("KEY_VAULT_SECRET_NAME_FOR_THE_PRODUCTION_ENVIRONMENT_001"),
+    "ecostruxure_key": _placeholder("AK1", 52),
+    "close_key": _one_of(
+        _placeholder("api_", 45), _prose("api_v1.users.list.handler.for.the.admin.page")
+    ),
+    "convertapi_key": _one_of(_placeholder("secret_", 16), _prose("secret_manager_client_v2")),
+    "column_key": _one_of(
+        _placeholder("test_", 27),
+        _prose("test_CreateUserWithValidEmail2Fa", "live_StreamConfig2Builder"),
+    ),
+    "finage_key": _placeholder("API_KEY", 32, "X"),
+    "smooch_key": _placeholder("act_", 24),
+    "dfuse_key": _placeholder("web_", 32),
+    "besttime_key": _placeholder("pri_", 32, "0"),
 }
 
 # Detectors whose generators may put the value after a keyword ("DD_APP_KEY=<hex>").
@@ -1159,6 +1272,14 @@ _UNCHECKED = (
     "tailscale_key", "trufflehog_key", "typeform_token", "ubidots_token", "voiceflow_key",
     "zapier_webhook_url", "tines_webhook_url", "fireworks_key", "cerebras_key", "jina_key",
     "firecrawl_key", "e2b_key", "voyage_key", "resend_key", "render_key", "neon_key",
+    "razorpay_key", "ramp_key", "azure_refresh_token", "azure_container_registry_key",
+    "azure_apim_key", "deno_token", "spectralops_token", "pganalyze_key", "portainer_token",
+    "aws_appsync_key", "teamwork_token", "zoho_token", "launchdarkly_key",
+    "gemini_exchange_key", "tableau_token", "storyblok_token", "airtable_oauth_token",
+    "alchemy_token", "apideck_key", "checkout_key", "tickettailor_key", "photoroom_key",
+    "recharge_key", "sk_prefixed_key", "clickup_key", "telnyx_key", "ecostruxure_key",
+    "close_key", "convertapi_key", "column_key", "finage_key", "smooch_key", "dfuse_key",
+    "besttime_key",
 )  # fmt: skip
 
 

@@ -424,13 +424,14 @@ def _yandex_iam(value: str) -> str | None:
 
 
 def _square(value: str) -> str | None:
-    body = value[4:] if value[:4] == "EAAA" else value[7:]
+    body = value[4:] if value[:4] == "EAAA" else value.removeprefix("sandbox-")[7:]
     return value if looks_random(body, 64) and _classes(body) >= 2 else None
 
 
 def _mailgun(value: str) -> str | None:
-    if value.startswith(("key-", "pubkey-")):
-        return value if looks_random(value[-32:], 16) else None
+    if value.startswith(("key-", "pubkey-")):  # <32 hex>, or base36 in older keys
+        body = value[-32:]
+        return value if looks_random(body, 36) and _classes(body) >= 2 else None
     key = value.split("-", 1)[0]  # <32 hex>-<8 hex>-<8 hex>
     return value if len(key) == 32 and looks_random(key, 16) else None
 
@@ -589,6 +590,29 @@ def _token_field(separator: str, alphabet_size: int = 62, classes: int = 1) -> A
     return _no_name(lambda value: value.rsplit(separator, 1)[-1], generated)
 
 
+def _sk_prefixed(value: str) -> str | None:
+    """sk_<18+>: generated, mixing two classes; one in both cases is no name (a body of
+    lower case and digits is read as words by no test of names: ``_a_name`` splits at
+    case changes)."""
+    body = value[3:]
+    if not looks_random(body) or _classes(body) < 2:
+        return None
+    return None if body.lower() != body and _a_name(body) else value
+
+
+def _marked(value: str, marker: str, length: int) -> str | None:
+    """``length`` base64 characters (a window of two either way), ``marker``, then the
+    rest (Azure Container Registry's <42>+ACR<6>, Tableau's <22>==:<32>). The run before
+    the marker, matched unbounded, may have begun earlier (a URL's path: "/" is base64 too):
+    then the secret is its last ``length`` characters and what follows."""
+    at = value.index(marker)
+    if at < length - 2:
+        return None
+    secret = value[at - length :] if at > length + 2 else value
+    head, tail = secret.split(marker, 1)
+    return secret if looks_random(head, 64) and looks_random(tail) else None
+
+
 def _mixed(value: str) -> str | None:
     return value if looks_random(value) and _classes(value) >= 2 else None
 
@@ -702,7 +726,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         _last_field("."),
     ),
     Detector(  # API-<26> (gl octopus-deploy-api-key); "API-V2ENDPOINTS…" is a name
-        "octopus_key", r"\bAPI-[A-Z0-9]{24,30}\b", _octopus
+        "octopus_key", r"\bAPI-[A-Z0-9]{24,36}\b", _octopus
     ),
     Detector("prefect_token", r"\bpnu_[A-Za-z0-9]{34,40}\b", _after(4, 62, 2)),  # gl
     Detector("infracost_token", r"\bico-[A-Za-z0-9]{30,36}\b", _after(4, 62, 2)),  # gl
@@ -832,7 +856,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     Detector("yandex_key", r"\bAQVN[A-Za-z0-9_-]{33,40}", _token(4, 64, 2)),
     Detector(
         "yandex_token",
-        r"\bt1\.[A-Za-z0-9_-]{20,}={0,2}\.[A-Za-z0-9_-]{80,92}={0,2}",
+        r"\bt1\.[A-Za-z0-9_-]+={0,2}\.[A-Za-z0-9_-]{80,92}={0,2}",
         _yandex_iam,
     ),
     # ABSK<base64> long-lived keys (base64 of "BedrockAPIKey-..."); short-lived ones open
@@ -961,7 +985,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     # hex>FFFFNRAL license keys (gl new-relic-*, th newrelic*).
     Detector(
         "newrelic_key",
-        r"\b(?:NRAK-[A-Z0-9]{25,31}\b|NRI[IQ]-[A-Za-z0-9_-]{23,36}|NRJS-[a-f0-9]{17,21}\b|"
+        r"\b(?:NRAK-[A-Za-z0-9]{25,31}\b|NRI[IQ]-[A-Za-z0-9_-]{23,36}|NRJS-[a-fA-F0-9]{17,21}\b|"
         r"(?:eu01xx)?[0-9a-f]+FFFFNRAL\b)",
         _newrelic,
     ),
@@ -1028,7 +1052,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(  # figd_<40> (cs, th figmapersonalaccesstoken)
         "figma_token",
-        r"\bfig(?:d|u|o|p|ur|uh|or|oh)_[A-Za-z0-9_-]{38,44}",
+        r"\bfig(?:d|u|o|p|ur|uh|or|oh)_[A-Za-z0-9_-]{38,}",
         _random_part(lambda value: value.split("_", 1)[1], 64),
     ),
     Detector(  # gl postman-api-token, th, cs
@@ -1063,12 +1087,13 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         r"\b(?:AC|SK)[0-9a-fA-F]{32}\b|" + _keyed("twilio_key", r"twilio", r"[0-9a-f]{32}"),
         _tail(32, 16),
     ),
-    # <32 hex>-<8 hex>-<8 hex> (th mailgun); key-<32 hex> as curl's api:key-... or after
-    # "mailgun" (gl mailgun-*).
+    # <32 hex>-<8 hex>-<8 hex> (th mailgun); key-<32 of a-z0-9> (hex, or base36 in older
+    # keys) as curl's api:key-... or after "mailgun" (gl mailgun-*): alone, "key-<md5>"
+    # is as often a cache key's name.
     Detector(
         "mailgun_key",
-        r"\b[0-9a-f]+-[0-9a-f]{8}-[0-9a-f]{8}\b|\bapi:(?P<mailgun_key__value>key-[0-9a-f]{32})\b|"
-        + _keyed("mailgun_key", r"mailgun", r"(?:pub)?key-[0-9a-f]{32}", group="2"),
+        r"\b[0-9a-f]+-[0-9a-f]{8}-[0-9a-f]{8}\b|\bapi:(?P<mailgun_key__value>key-[0-9a-z]{32})\b|"
+        + _keyed("mailgun_key", r"mailgun", r"(?:pub)?key-[0-9a-z]{32}", group="2"),
         _mailgun,
     ),
     Detector(  # th mailchimp, gl, cs
@@ -1094,7 +1119,8 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector(  # EAAA<60>, from 22 (gl square-access-token, th square, cs); sq0atp/sq0csp (cs)
         "square_token",
-        r"\b(?:EAAA[A-Za-z0-9_-]{22,64}|sq0atp-[A-Za-z0-9_-]{20,26}|sq0csp-[A-Za-z0-9_-]{41,47})",
+        r"\b(?:EAAA[A-Za-z0-9_-]{22,64}|sq0atp-[A-Za-z0-9_-]{20,26}|"
+        r"(?:sandbox-)?sq0cs[pb]-[A-Za-z0-9_-]{41,47})",
         _square,
     ),
     Detector(  # gl shippo-api-token
@@ -1126,15 +1152,17 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     # access-<environment>-<uuid> (gl, th plaid): the environment makes the prefix.
     Detector(
         "plaid_token",
-        r"\baccess-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-"
-        r"[0-9a-f]{4}-[0-9a-f]{10,16}\b",
+        r"\baccess-(?:sandbox|development|production)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-"
+        r"[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{10,16}\b",
         _random_part(lambda value: value.split("-", 2)[2].replace("-", ""), 16),
     ),
     Detector(  # sl.<130+> short-lived tokens (gl dropbox-short-lived-api-token, th dropbox)
-        "dropbox_token", r"\bsl\.(?:u\.)?[A-Za-z0-9_-]{130,}", _last_field(".", 64, 2)
+        "dropbox_token", r"\bsl\.(?:u\.)?[A-Za-z0-9_=-]{130,}", _last_field(".", 64, 2)
     ),
     Detector(  # squ_/sqp_/sqa_<40 hex> (gl sonar-api-token, th sonarcloud)
-        "sonar_token", r"\bsq[upa]_[a-f0-9]{38,44}\b", _after(4, 16)
+        "sonar_token",
+        r"\b(?:sq[upa]_[a-f0-9]{38,44}|sqco_[A-Za-z0-9]{55,63})\b",
+        _last_field("_", 62, 2),
     ),
     Detector(  # live_/test_<35 hex> secret keys (gl lob-api-key); the publishable pub_ ones stay
         "lob_key", r"\b(?:live|test)_[a-f0-9]{33,37}\b", _after(5, 16)
@@ -1152,7 +1180,7 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     # live_<40> (th gocardless); "live_" is a word in names, so the body mixes cases and
     # digits ("live_stream_configuration_for_the_app" is a name).
-    Detector("gocardless_token", r"\blive_[A-Za-z0-9_-]{38,44}", _token(5, 64, 3)),
+    Detector("gocardless_token", r"\blive_[A-Za-z0-9_=-]{38,44}", _token(5, 64, 3)),
     # pk_<34 hex> private keys, pk_<6>_<34 hex> (th klaviyo): not 32 or 40 (digests).
     Detector(
         "klaviyo_key",
@@ -1199,7 +1227,8 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
         _last_field("_", 62, 2),
     ),
     # dnkey-<26>-<52> Defined Networking (Nebula) API keys (gl, th definednetworking).
-    Detector("defined_networking_key", r"\bdnkey-[A-Za-z0-9=_-]{72,86}", _token(6, 64, 2)),
+    # (no test of a name: bodies in capitals read as words 1 time in 8)
+    Detector("defined_networking_key", r"\bdnkey-[A-Za-z0-9=_-]{72,86}", _after(6, 64, 2)),
     # tskey-<kind>-<id>-<secret> (th tailscale)
     Detector(
         "tailscale_key",
@@ -1280,4 +1309,103 @@ PROVIDER_DETECTORS: tuple[Detector, ...] = (
     ),
     Detector("render_key", r"\brnd_[A-Za-z0-9]{26,34}\b", _token(4, 62, 3)),
     Detector("neon_key", r"\bnapi_[a-z0-9]{60,68}\b", _after(5, 36, 2)),
+    # Prefixes and markers of TruffleHog's detectors (which ask for a keyword in the text
+    # too; the prefix or the marker with the shape marks these alone).
+    Detector("razorpay_key", r"\brzp_(?:live|test)_[A-Za-z0-9]{12,16}\b", _after(9, 62, 2)),
+    Detector("ramp_key", r"\bramp_sec_[A-Za-z0-9]{44,52}\b", _after(9, 62, 2)),
+    # <0|1>.A<50+>.Ag<250+> Microsoft Entra ID refresh tokens (th azure_entra refreshtoken).
+    Detector(
+        "azure_refresh_token",
+        r"\b[01]\.A[A-Za-z0-9_-]{50,}(?:\.[0-9])?\.Ag[A-Za-z0-9_-]{250,}",
+        _last_field(".", 64, 2),
+    ),
+    # <42>+ACR<6> Azure Container Registry passwords (th azurecontainerregistry): the run
+    # before the marker unbounded, its length checked (as _azure_identifiable).
+    Detector(
+        "azure_container_registry_key",
+        r"\b[A-Za-z0-9+/]+\+ACR[A-Za-z0-9]{5,7}\b",
+        lambda value: _marked(value, "+ACR", 42),
+    ),
+    Detector(  # git&<12 digits>&<86>== (th azureapimanagement repository keys)
+        "azure_apim_key",
+        r"\bgit&[0-9]{12}&[A-Za-z0-9/+]{80,90}={0,2}",
+        _last_field("&", 64, 2),
+    ),
+    Detector("deno_token", r"\bdd[pw]_[A-Za-z0-9]{34,38}\b", _token(4, 62, 2)),
+    Detector("spectralops_token", r"\bspu-[a-z0-9]{30,34}\b", _after(4, 36, 2)),
+    Detector("pganalyze_key", r"\bpgar_[A-Za-z0-9]{25,29}\b", _after(5, 62, 2)),
+    # ptr_<20-60>: "ptr_" opens names in C, so the body mixes cases and digits, no name.
+    Detector("portainer_token", r"\bptr_[A-Za-z0-9/+=_-]{20,60}", _token(4, 64, 3)),
+    Detector("aws_appsync_key", r"\bda2-[a-z0-9]{24,28}\b", _after(4, 36, 2)),
+    Detector("teamwork_token", r"\btkn\.v1_[A-Za-z0-9]{68,74}={0,2}", _after(7, 62, 2)),
+    Detector(  # 1000.<32 hex>.<32 hex> Zoho OAuth tokens (th zohocrm)
+        "zoho_token", r"\b1000\.[a-f0-9]{30,34}\.[a-f0-9]{30,34}\b", _last_field(".", 16)
+    ),
+    Detector(  # api-/sdk-<UUID v4> (th launchdarkly); mob- keys are public
+        "launchdarkly_key",
+        r"\b(?:api|sdk)-[a-f0-9]{8}-[a-f0-9]{4}-4[a-f0-9]{3}-[89ab][a-f0-9]{3}-[a-f0-9]{10,14}\b",
+        _random_part(lambda value: value[4:].replace("-", ""), 16),
+    ),
+    Detector(  # master-/account-<20> Gemini exchange keys (th gemini)
+        "gemini_exchange_key",
+        r"\b(?:master|account)-[A-Za-z0-9]{18,22}\b",
+        _token_field("-", 62, 3),
+    ),
+    Detector(  # <22 base64>==:<32> Tableau personal access tokens (th tableau)
+        "tableau_token",
+        r"\b[A-Za-z0-9+/]+==:[A-Za-z0-9]{30,34}\b",
+        lambda value: _marked(value, "==:", 22),
+    ),
+    Detector(  # <22>tt-<6 digits>-<20> Storyblok tokens (th storyblok)
+        "storyblok_token",
+        r"\b[A-Za-z0-9]+tt-[0-9]{6}-[A-Za-z0-9_-]{18,22}",
+        lambda value: (
+            value
+            if 20 <= value.index("tt-") <= 24 and looks_random(value[: value.index("tt-")])
+            else None
+        ),
+    ),
+    Detector(  # <id>.v1.<payload>.<hex> Airtable OAuth tokens (th airtableoauth)
+        "airtable_oauth_token",
+        r"\b[A-Za-z0-9]+\.v1\.[A-Za-z0-9_-]{20,}\.[a-f0-9]{16,}",
+        lambda value: (
+            value if value.index(".v1.") >= 10 and looks_random(value.split(".")[2], 64) else None
+        ),
+    ),
+    Detector("alchemy_token", r"\balcht_[A-Za-z0-9]{28,32}\b", _after(6, 62, 2)),
+    # sk_live_<93> (th apideck): before Stripe's, whose body stops at a "-".
+    Detector("apideck_key", r"\bsk_live_[A-Za-z0-9-]{88,98}", _after(8, 63, 2)),
+    Detector(  # sk_(test_)?<UUID> (th checkout)
+        "checkout_key",
+        r"\bsk_(?:sbox_|test_)?[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{10,14}\b",
+        _random_part(lambda value: value.rsplit("_", 1)[1].replace("-", ""), 16),
+    ),
+    Detector(  # sk_<4 digits>_<6 digits>_<32 hex> (th tickettailor)
+        "tickettailor_key", r"\bsk_[0-9]{4}_[0-9]{6}_[a-f0-9]{30,34}\b", _last_field("_", 16)
+    ),
+    Detector(  # sk_pr_<name>_<40 hex> (th photoroom)
+        "photoroom_key",
+        r"\bsk_pr_(?:[A-Za-z0-9-]+_)*[a-f0-9]{38,42}\b",
+        _last_field("_", 16),
+    ),
+    Detector(  # sk_(test_)?<n>x<n>_<64 hex> (th rechargepayments)
+        "recharge_key",
+        r"\bsk_(?:test_)?(?:1|2|3|5|10)x[123]_[0-9a-fA-F]{60,68}\b",
+        _last_field("_", 16),
+    ),
+    # sk_<18+>, no "_" in it (th iexapis, baremetrics): "sk_" is common, so the body mixes
+    # two classes at least and reads as no name. After Stripe's, ElevenLabs' and the above.
+    Detector("sk_prefixed_key", r"\bsk_[A-Za-z0-9]{18,}\b", _sk_prefixed),
+    Detector("clickup_key", r"\bpk_[0-9]{6,10}_[0-9A-Z]{30,34}\b", _last_field("_", 36, 2)),
+    # KEY<55> (th telnyx): names in capitals (KEY_VAULT_...) hold no lower case.
+    Detector("telnyx_key", r"\bKEY[0-9A-Za-z_-]{52,58}", _token(3, 64, 3)),
+    Detector("ecostruxure_key", r"\bAK1[0-9A-Za-z/]{48,57}", _token(3, 63, 3)),
+    Detector("close_key", r"\bapi_[A-Za-z0-9.]{42,48}", _token(4, 63, 3)),
+    # (a random body of 16 reads as a name 1 time in ~1,200: no such test, three classes)
+    Detector("convertapi_key", r"\bsecret_[0-9A-Za-z]{14,18}\b", _after(7, 62, 3)),
+    Detector("column_key", r"\b(?:test|live)_[A-Za-z0-9]{25,29}\b", _token(5, 62, 3)),
+    Detector("finage_key", r"\bAPI_KEY[0-9A-Z]{30,34}\b", _after(7, 36, 2)),
+    Detector("smooch_key", r"\bact_[0-9a-z]{22,26}\b", _after(4, 36, 2)),
+    Detector("dfuse_key", r"\bweb_[0-9a-z]{30,34}\b", _after(4, 36, 2)),
+    Detector("besttime_key", r"\bpri_[a-f0-9]{30,34}\b", _after(4, 16)),
 )

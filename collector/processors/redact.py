@@ -1255,8 +1255,11 @@ class Redactor:
             accepted = accept(value)
             if accepted is None:
                 return cursor
-            if accepted != value:  # a secret inside the match (it is always a prefix)
-                end = start + len(accepted.encode())
+            if accepted != value:  # a secret inside the match: its start, or its end
+                if value.startswith(accepted):
+                    end = start + len(accepted.encode())
+                else:
+                    start = end - len(accepted.encode())
                 value = accepted
         label = rule
         if rule in self._context_rules:

@@ -385,8 +385,10 @@ class Detector:
     name: str
     pattern: str
     accept: Callable[[str], str | None] | None = None
-    """The part of a match that is the secret (often all of it), or None for a look-alike
-    (a failed checksum, an asset name); None as the field: every match is a secret."""
+    """The part of a match that is the secret (often all of it; else its start, or its end
+    where the match's run began before the secret: a URL's path before a password), or None
+    for a look-alike (a failed checksum, an asset name); None as the field: every match is
+    a secret."""
     canonical: Callable[[str], str] | None = None
     """The form the pseudonym is keyed on, where the kind has one (a card's digits, an
     address in lower case), so every written form of one secret gets one pseudonym."""
@@ -507,7 +509,10 @@ DETECTORS: tuple[Detector, ...] = (
     # characters, below 16 only when they mix cases and digits (not "sk_test_XXXXXXXXXX").
     Detector("stripe_key", r"\b(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,}", _stripe),
     Detector("google_api_key", r"\bAIza[0-9A-Za-z_-]{33,39}"),  # 39 characters, give or take
-    Detector("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    # Its header and payload JSON, base64url: "{"" is eyJ, "{\n" (pretty-printed) ewo.
+    Detector(
+        "jwt", r"\b(?:eyJ|ewo)[A-Za-z0-9_-]{8,}\.(?:eyJ|ewo)[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
+    ),
     # Whitespace may arrive JSON-escaped (\n, \t) inside a raw JSON string.
     Detector(
         "bearer_token",
