@@ -6,9 +6,11 @@ tells a valid one apart."""
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import re
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -660,3 +662,50 @@ def test_a_random_short_body_is_no_repeat_unless_a_block_repeats(length: int) ->
 def test_a_short_body_whose_head_recurs_at_its_tail_is_found(token: str) -> None:
     """Flutterwave's FLWSECK_TEST<12 hex>, cut short by one: its tail repeats its head."""
     assert findings(f"see {token} here") == [("flutterwave_key", token)]
+
+
+# --- forms a provider's tokens take beyond their first pattern (stop 55) -------------------
+def _b64url_json(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _widened(seed: str) -> list[tuple[str, str]]:
+    """(rule, token) for forms each of which the rule missed before: a pretty-printed JWT,
+    SonarCloud's sqco_, a long Figma token, Square's sandbox secret, a long Octopus key, a
+    New Relic key in lower case, Plaid's UUID in capitals, "=" in Dropbox's and GoCardless'
+    bodies, a Yandex IAM token with a short first part, an older Mailgun key in base36."""
+    rng = random.Random(seed)
+    octopus = "".join(rng.sample(UPPER_ALNUM, 26)) + "".join(rng.choices(DIGITS, k=6))
+    jwt_header = _b64url_json('{\n  "alg": "HS256",\n  "typ": "JWT"\n}')
+    jwt_payload = _b64url_json('{\n  "sub": "' + chars(rng, DIGITS, 10) + '"\n}')
+    return [
+        ("jwt", f"{jwt_header}.{jwt_payload}.{chars(rng, ALNUM, 43)}"),
+        ("sonar_token", "sqco_" + chars(rng, ALNUM, 59)),
+        ("figma_token", "figp_" + chars(rng, B64URL, 51) + rng.choice(ALNUM)),
+        ("square_token", "sandbox-sq0csb-" + chars(rng, B64URL, 42) + rng.choice(ALNUM)),
+        ("octopus_key", "API-" + octopus),
+        ("newrelic_key", "NRAK-" + chars(rng, LOWER + DIGITS, 27)),
+        ("plaid_token", "access-sandbox-" + str(uuid.UUID(int=rng.getrandbits(128))).upper()),
+        ("dropbox_token", "sl." + chars(rng, ALNUM, 60) + "=" + chars(rng, B64URL, 79) + "x"),
+        ("gocardless_token", "live_" + chars(rng, ALNUM, 20) + "=" + chars(rng, ALNUM, 19)),
+        ("yandex_token", "t1.9euelZ." + chars(rng, B64URL, 85) + rng.choice(ALNUM)),
+    ]
+
+
+@pytest.mark.parametrize("form", range(len(_widened(""))))
+def test_a_providers_other_forms_are_found(redactor: Redactor, form: int) -> None:
+    for seed in range(3):
+        rule, token = _widened(f"widened:{seed}")[form]
+        _assert_found(rule, token)
+        record = _span(f"see {token} here", json.dumps({"content": f"use {token}"}))
+        redactor([record])
+        assert token not in record.span_attributes["note"] + record.output, (rule, token)
+        assert any(entry.split(":", 1)[1].startswith(rule) for entry in record.redactions)
+
+
+def test_an_older_mailgun_key_in_base36_is_found_after_its_name(redactor: Redactor) -> None:
+    key = "key-" + chars(random.Random("mailgun base36"), LOWER + DIGITS, 31) + "7"
+    for text in (f"MAILGUN_API_KEY={key}", f'"mailgun_key": "{key}"', f"api:{key}"):
+        record = _span(text, "")
+        redactor([record])
+        assert key not in record.span_attributes["note"], text
